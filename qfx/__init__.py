@@ -1,0 +1,67 @@
+"""qfx: quantum circuits as Equinox pytrees, simulated and differentiated in pure JAX."""
+
+from . import diff as diff
+from ._circuit import Circuit as Circuit, draw as draw, Repeat as Repeat, repeat as repeat
+from ._gates import (
+    AbstractGate as AbstractGate,
+    AbstractOperation as AbstractOperation,
+    Adjoint as Adjoint,
+    CNOT as CNOT,
+    Controlled as Controlled,
+    ControlledPhaseShift as ControlledPhaseShift,
+    CRot as CRot,
+    CRX as CRX,
+    CRY as CRY,
+    CRZ as CRZ,
+    CSWAP as CSWAP,
+    CY as CY,
+    CZ as CZ,
+    H as H,
+    Hadamard as Hadamard,
+    I as I,  # noqa: E741
+    Identity as Identity,
+    IsingXX as IsingXX,
+    IsingXY as IsingXY,
+    IsingYY as IsingYY,
+    IsingZZ as IsingZZ,
+    ISWAP as ISWAP,
+    MultiControlledX as MultiControlledX,
+    MultiRZ as MultiRZ,
+    PauliRot as PauliRot,
+    PauliX as PauliX,
+    PauliY as PauliY,
+    PauliZ as PauliZ,
+    PhaseShift as PhaseShift,
+    QubitUnitary as QubitUnitary,
+    Rot as Rot,
+    RX as RX,
+    RY as RY,
+    RZ as RZ,
+    S as S,
+    SWAP as SWAP,
+    SX as SX,
+    T as T,
+    Toffoli as Toffoli,
+    U1 as U1,
+    U2 as U2,
+    U3 as U3,
+    X as X,
+    Y as Y,
+    Z as Z,
+)
+from ._measure import (
+    density_matrix as density_matrix,
+    expval as expval,
+    probs as probs,
+    sample as sample,
+    state as state,
+    var as var,
+)
+from ._observables import (
+    AbstractObservable as AbstractObservable,
+    Hermitian as Hermitian,
+    LinearCombination as LinearCombination,
+    PauliWord as PauliWord,
+)
+
+__version__ = "0.1.0"

@@ -1,0 +1,209 @@
+"""Circuits: immutable sequences of operations, and `Repeat`, a block of stacked layers run by `lax.scan`."""
+
+from collections.abc import Callable, Iterable
+
+import equinox as eqx
+import jax
+import numpy as np
+
+from ._custom_types import is_concrete
+from ._gates import AbstractGate, AbstractOperation
+
+
+def _validate_ops(ops, where: str) -> tuple[AbstractOperation, ...]:
+    ops = tuple(ops)
+    for i, op in enumerate(ops):
+        if isinstance(op, Circuit):
+            raise TypeError(
+                f"{where}: operation {i} is a Circuit; concatenate circuits with + or pass circuit.ops."
+            )
+        if not isinstance(op, AbstractOperation):
+            raise TypeError(f"{where}: operation {i} is a {type(op).__name__}, not a qfx operation.")
+    return ops
+
+
+class Circuit(eqx.Module):
+    """An immutable quantum circuit: a tuple of operations on `num_wires` wires starting in |0...0>.
+
+    **Arguments:**
+
+    - `ops`: gates (and `Repeat` blocks), applied in order.
+    - `num_wires`: the number of wires; inferred as one more than the largest wire if omitted.
+
+    Gate parameters are array leaves, so `jax.grad(f)(circuit)` returns a circuit-shaped gradient;
+    wires and structure are static, so circuits of the same structure share one compilation.
+
+    ```python
+    circ = qfx.Circuit([qfx.H(0), qfx.RX(0.3, wires=0), qfx.CNOT(wires=(0, 1))])
+    qfx.expval(circ, qfx.Z(0) @ qfx.Z(1))
+    ```
+    """
+
+    ops: tuple[AbstractOperation, ...]
+    num_wires: int = eqx.field(static=True)
+
+    def __init__(self, ops: Iterable[AbstractOperation] = (), num_wires: int | None = None):
+        ops = _validate_ops(ops, "Circuit")
+        used = max((w for op in ops for w in op.wires), default=-1) + 1
+        if num_wires is None:
+            num_wires = max(used, 1)
+        if not isinstance(num_wires, (int, np.integer)) or num_wires < 1:
+            raise ValueError(f"Circuit: num_wires must be a positive int, got {num_wires!r}.")
+        for op in ops:
+            bad = [w for w in op.wires if w >= num_wires]
+            if bad:
+                raise ValueError(
+                    f"{op!r} acts on wire {bad[0]}, but the circuit has {num_wires} wires "
+                    f"(0..{num_wires - 1}); pass num_wires={max(op.wires) + 1} or fix the wire."
+                )
+        self.ops = ops
+        self.num_wires = int(num_wires)
+
+    def __len__(self):
+        return len(self.ops)
+
+    def __iter__(self):
+        return iter(self.ops)
+
+    def __getitem__(self, i):
+        return self.ops[i]
+
+    def __add__(self, other: "Circuit") -> "Circuit":
+        if not isinstance(other, Circuit):
+            return NotImplemented
+        return Circuit(self.ops + other.ops, max(self.num_wires, other.num_wires))
+
+    def inverse(self) -> "Circuit":
+        """The inverse circuit: operations reversed, each replaced by its adjoint."""
+        return Circuit([op.adjoint() for op in reversed(self.ops)], self.num_wires)
+
+    def __repr__(self):
+        return f"Circuit(num_wires={self.num_wires}, ops=[{', '.join(map(repr, self.ops))}])"
+
+
+class Repeat(AbstractOperation):
+    """`length` layers of one circuit structure, with parameters stacked on a leading axis.
+
+    Simulated with `jax.lax.scan`, so compile time does not grow with the number of layers. Build it with
+    `qfx.repeat(layer_fn, params)`, or from a circuit whose leaves are stacked with `eqx.filter_vmap`:
+
+    ```python
+    def layer(theta):  # theta: (n,)
+        return qfx.Circuit([qfx.RY(theta[i], wires=i) for i in range(n)])
+    block = qfx.Repeat(eqx.filter_vmap(layer)(thetas))  # thetas: (L, n)
+    ```
+
+    **Arguments:**
+
+    - `body`: a `Circuit` whose every leaf has a leading axis of size `length`.
+    - `length`: the number of layers; required only when the body has no leaves.
+    """
+
+    body: Circuit
+    length: int = eqx.field(static=True)
+
+    def __init__(self, body: Circuit, length: int | None = None):
+        if not isinstance(body, Circuit):
+            raise TypeError(f"Repeat: body must be a Circuit, got {type(body).__name__}.")
+        lengths = {x.shape[0] if x.ndim else None for x in jax.tree.leaves(body)}
+        if None in lengths:
+            raise ValueError(
+                "Repeat: every leaf of the body needs a leading layer axis; build the body with "
+                "eqx.filter_vmap(layer_fn)(stacked_params) or qfx.repeat."
+            )
+        if len(lengths) > 1:
+            raise ValueError(f"Repeat: the body's leaves have different leading sizes {sorted(lengths)}.")
+        if lengths:
+            (found,) = lengths
+            if length is not None and length != found:
+                raise ValueError(f"Repeat: length={length}, but the body's leaves stack {found} layers.")
+            length = found
+        if length is None or not isinstance(length, (int, np.integer)) or length < 0:
+            raise ValueError(f"Repeat: pass length= (a non-negative int) for a body with no parameters, got {length!r}.")
+        self.body = body
+        self.length = int(length)
+
+    @property
+    def wires(self):
+        return tuple(sorted({w for op in self.body.ops for w in op.wires}))
+
+    def layer(self, i: int) -> Circuit:
+        """The circuit of layer `i`."""
+        return jax.tree.map(lambda x: x[i], self.body)
+
+    def adjoint(self) -> "Repeat":
+        return Repeat(jax.tree.map(lambda x: x[::-1], self.body.inverse()), self.length)
+
+    def __repr__(self):
+        return f"Repeat(length={self.length}, body={self.body!r})"
+
+
+def repeat(layer_fn: Callable[..., Circuit | Iterable[AbstractOperation]], *stacked, num_wires=None) -> Repeat:
+    """Builds a `Repeat` block by mapping `layer_fn` over the leading axis of `stacked` arguments.
+
+    **Arguments:**
+
+    - `layer_fn`: returns one layer (a `Circuit` or a list of operations) from one slice of the arguments.
+    - `*stacked`: arrays (or pytrees of arrays) with a leading layer axis.
+    - `num_wires`: passed to the layer circuit when `layer_fn` returns a list.
+
+    **Returns:** a `Repeat` whose layers are simulated with `jax.lax.scan`.
+    """
+
+    def one(*args):
+        out = layer_fn(*args)
+        return out if isinstance(out, Circuit) else Circuit(out, num_wires)
+
+    return Repeat(eqx.filter_vmap(one)(*stacked))
+
+
+def draw(circuit: Circuit, *, decimals: int = 2) -> str:
+    """A text drawing of the circuit, one line per wire. `Repeat` blocks are drawn once, with their count."""
+    n = circuit.num_wires
+    rows = [[f"{w}: "] for w in range(n)]
+
+    def label(op: AbstractGate) -> str:
+        params = [f"{float(p):.{decimals}f}" if is_concrete(p) and p.ndim == 0 else "·" for p in op.parameters]
+        return op.name + (f"({','.join(params)})" if params and len(params) <= 3 else "")
+
+    def pad():
+        width = max(len("".join(r)) for r in rows)
+        for r in rows:
+            r.append("─" * (width - len("".join(r))))
+
+    def add(op):
+        if isinstance(op, Repeat):
+            pad()
+            lo, hi = min(op.wires), max(op.wires)
+            for w in range(lo, hi + 1):
+                rows[w].append("[")
+            for inner in op.body.ops:
+                add(inner)
+            pad()
+            for w in range(lo, hi + 1):
+                rows[w].append(f"]×{op.length}" if w == lo else "]" + " " * len(f"×{op.length}"))
+            return
+        pad()
+        wires = op.wires
+        control = op.control() if isinstance(op, AbstractGate) else None
+        if control is not None:
+            controls, values, target = control
+            text = {w: ("●" if v else "○") for w, v in zip(controls, values)}
+            text.update({w: label(target) for w in target.wires})
+        elif op.name in ("CNOT", "Toffoli"):
+            text = {w: "●" for w in wires[:-1]} | {wires[-1]: "X"}
+        elif op.name in ("CZ",):
+            text = {w: "●" for w in wires}
+        elif op.name in ("SWAP",):
+            text = {w: "×" for w in wires}
+        else:
+            text = {w: label(op) for w in wires}
+        lo, hi = min(wires), max(wires)
+        width = max(len(t) for t in text.values())
+        for w in range(lo, hi + 1):
+            rows[w].append("─" + text.get(w, "│").center(width, "─") + "─")
+
+    for op in circuit.ops:
+        add(op)
+    pad()
+    return "\n".join("".join(r) + "─" for r in rows)

@@ -1,0 +1,934 @@
+"""Gates as Equinox modules: static wires, parameter leaves, matrices computed from the leaves.
+
+Conventions: angles in radians; `RX(t) = exp(-i t X / 2)`; a gate's matrix is written in the order of
+its own `wires`, the first wire being the most significant bit (as in PennyLane).
+
+Besides `matrix()`, a gate may expose structure that the kernels use for fast paths:
+- `diagonal()`: the diagonal of a diagonal gate, applied as an elementwise product;
+- `permutation()`: `(perm, phases)` for a gate that maps basis state `perm[i]` to `i` (times `phases[i]`),
+  applied as an index shuffle;
+- `control()`: `(controls, values, target)` for a controlled gate, applied to a slice of the state.
+"""
+
+import abc
+import math
+from typing import ClassVar
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike
+
+from ._custom_types import check_wires, complex_dtype, is_concrete, real_dtype
+from ._observables import AbstractObservable, pauli_word_matrix
+
+# A shift rule for one parameter: terms (coefficient, shift) with df/dt = sum_k c_k f(t + s_k).
+ShiftRule = tuple[tuple[float, float], ...]
+# Gates whose generator has eigenvalues +-1/2 (or 0, 1): the two-term rule.
+TWO_TERM: ShiftRule = ((0.5, math.pi / 2), (-0.5, -math.pi / 2))
+# Generators with eigenvalues {0, +-1/2} (controlled rotations): the four-term rule.
+_CP = (math.sqrt(2) + 1) / (4 * math.sqrt(2))
+_CM = (math.sqrt(2) - 1) / (4 * math.sqrt(2))
+FOUR_TERM: ShiftRule = (
+    (_CP, math.pi / 2),
+    (-_CP, -math.pi / 2),
+    (-_CM, 3 * math.pi / 2),
+    (_CM, -3 * math.pi / 2),
+)
+
+
+def _angle(name: str, field: str, value) -> Array:
+    """Converts a gate parameter to a real scalar array of the default float dtype."""
+    dtype = getattr(value, "dtype", None)
+    if isinstance(value, complex) or (dtype is not None and jnp.issubdtype(dtype, jnp.complexfloating)):
+        raise TypeError(f"{name}: the angle {field} must be real, got the complex value {value!r}.")
+    value = jnp.asarray(value)
+    if value.shape != ():
+        raise ValueError(
+            f"{name}: the angle {field} must be a scalar, got shape {value.shape}. For a batch of "
+            "circuits, build them with eqx.filter_vmap or map qfx functions with jax.vmap."
+        )
+    return value.astype(real_dtype())
+
+
+def _c(x) -> Array:
+    return jnp.asarray(x, dtype=complex_dtype())
+
+
+def _phase(t: Array) -> Array:
+    """exp(i t) for a real array t, in the default complex dtype."""
+    return jnp.exp(1j * t.astype(complex_dtype()))
+
+
+def _cos_sin(t: Array) -> tuple[Array, Array]:
+    return _c(jnp.cos(t / 2)), _c(jnp.sin(t / 2))
+
+
+def _block_controlled(target: Array, num_controls: int = 1) -> Array:
+    """The matrix of a gate controlled (on |1...1>) by `num_controls` leading wires."""
+    dim = target.shape[0] * 2**num_controls
+    eye = jnp.eye(dim, dtype=target.dtype)
+    return eye.at[dim - target.shape[0] :, dim - target.shape[0] :].set(target)
+
+
+class AbstractOperation(eqx.Module):
+    """Anything a circuit holds: gates, and blocks such as `Repeat`."""
+
+    @property
+    @abc.abstractmethod
+    def wires(self) -> tuple[int, ...]:
+        """The wires the operation acts on."""
+
+
+class AbstractGate(AbstractOperation):
+    """A unitary on `len(wires)` qubits. Parameters are array leaves, wires are static."""
+
+    num_wires: ClassVar[int | None]
+    param_names: ClassVar[tuple[str, ...]] = ()
+    # One shift rule per parameter, or None where no rule is known (e.g. QubitUnitary).
+    shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = ()
+    self_inverse: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    def matrix(self) -> Array:
+        """The `(2**k, 2**k)` unitary, in the order of `self.wires`."""
+
+    def diagonal(self) -> Array | None:
+        """The diagonal of the matrix when the gate is diagonal, else None."""
+        return None
+
+    def permutation(self) -> tuple[tuple[int, ...], Array | None] | None:
+        """`(perm, phases)` with `out[i] = phases[i] * in[perm[i]]` for permutation-like gates."""
+        return None
+
+    def control(self) -> "tuple[tuple[int, ...], tuple[int, ...], AbstractGate] | None":
+        """`(controls, control_values, target)` for gates that act on a slice of the state."""
+        return None
+
+    @property
+    def parameters(self) -> tuple[Array, ...]:
+        return tuple(getattr(self, name) for name in self.param_names)
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    def adjoint(self) -> "AbstractGate":
+        """The inverse gate. It keeps this gate's parameter leaves, so gradients keep their shape."""
+        return self if self.self_inverse else Adjoint(self)
+
+    def __repr__(self):
+        params = []
+        for p in self.parameters:
+            if is_concrete(p) and p.ndim == 0:
+                params.append(f"{float(p):.4g}")
+            else:
+                params.append(f"{type(p).__name__}{tuple(p.shape)}")
+        wires = self.wires[0] if len(self.wires) == 1 else self.wires
+        return f"{self.name}({', '.join(params + [f'wires={wires}'])})"
+
+
+class _AbstractFixed(AbstractGate):
+    """A gate with no parameters."""
+
+    _wires: tuple[int, ...] = eqx.field(static=True)
+
+    def __init__(self, wires):
+        self._wires = check_wires(type(self).__name__, wires, self.num_wires)
+
+    @property
+    def wires(self):
+        return self._wires
+
+
+class _AbstractOneParameter(AbstractGate):
+    """A gate with one angle `theta`."""
+
+    theta: Array
+    _wires: tuple[int, ...] = eqx.field(static=True)
+    param_names: ClassVar[tuple[str, ...]] = ("theta",)
+    shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = (TWO_TERM,)
+
+    def __init__(self, theta: ArrayLike, wires):
+        name = type(self).__name__
+        self._wires = check_wires(name, wires, self.num_wires)
+        self.theta = _angle(name, "theta", theta)
+
+    @property
+    def wires(self):
+        return self._wires
+
+
+# --- one-qubit gates without parameters ---------------------------------------------------------
+
+_SQ2 = 1 / math.sqrt(2)
+
+
+class Identity(_AbstractFixed, AbstractObservable):
+    """The identity on one wire."""
+
+    pauli_letter: ClassVar[str] = "I"
+    num_wires: ClassVar[int] = 1
+    self_inverse: ClassVar[bool] = True
+
+    def matrix(self):
+        return _c(np.eye(2))
+
+    def diagonal(self):
+        return _c(np.ones(2))
+
+
+class PauliX(_AbstractFixed, AbstractObservable):
+    """The Pauli X (NOT) gate. Also an observable: `qfx.X(0) @ qfx.Z(1)`."""
+
+    pauli_letter: ClassVar[str] = "X"
+    num_wires: ClassVar[int] = 1
+    self_inverse: ClassVar[bool] = True
+
+    def matrix(self):
+        return _c([[0, 1], [1, 0]])
+
+    def permutation(self):
+        return (1, 0), None
+
+
+class PauliY(_AbstractFixed, AbstractObservable):
+    """The Pauli Y gate. Also an observable."""
+
+    pauli_letter: ClassVar[str] = "Y"
+    num_wires: ClassVar[int] = 1
+    self_inverse: ClassVar[bool] = True
+
+    def matrix(self):
+        return _c([[0, -1j], [1j, 0]])
+
+    def permutation(self):
+        return (1, 0), _c([-1j, 1j])
+
+
+class PauliZ(_AbstractFixed, AbstractObservable):
+    """The Pauli Z gate. Also an observable."""
+
+    pauli_letter: ClassVar[str] = "Z"
+    num_wires: ClassVar[int] = 1
+    self_inverse: ClassVar[bool] = True
+
+    def matrix(self):
+        return _c([[1, 0], [0, -1]])
+
+    def diagonal(self):
+        return _c([1, -1])
+
+
+class Hadamard(_AbstractFixed):
+    """The Hadamard gate."""
+
+    num_wires: ClassVar[int] = 1
+    self_inverse: ClassVar[bool] = True
+
+    def matrix(self):
+        return _c([[_SQ2, _SQ2], [_SQ2, -_SQ2]])
+
+
+class S(_AbstractFixed):
+    """The phase gate diag(1, i). Its inverse is `qfx.Adjoint(qfx.S(w))`."""
+
+    num_wires: ClassVar[int] = 1
+
+    def matrix(self):
+        return jnp.diag(self.diagonal())
+
+    def diagonal(self):
+        return _c([1, 1j])
+
+
+class T(_AbstractFixed):
+    """The T gate diag(1, exp(i pi/4)). Its inverse is `qfx.Adjoint(qfx.T(w))`."""
+
+    num_wires: ClassVar[int] = 1
+
+    def matrix(self):
+        return jnp.diag(self.diagonal())
+
+    def diagonal(self):
+        return _c([1, np.exp(1j * np.pi / 4)])
+
+
+class SX(_AbstractFixed):
+    """The square root of X."""
+
+    num_wires: ClassVar[int] = 1
+
+    def matrix(self):
+        return _c([[0.5 + 0.5j, 0.5 - 0.5j], [0.5 - 0.5j, 0.5 + 0.5j]])
+
+
+# --- one-qubit rotations ----------------------------------------------------------------------
+
+
+class RX(_AbstractOneParameter):
+    """`RX(theta) = exp(-i theta X / 2)`."""
+
+    num_wires: ClassVar[int] = 1
+
+    def matrix(self):
+        c, s = _cos_sin(self.theta)
+        return jnp.stack([jnp.stack([c, -1j * s]), jnp.stack([-1j * s, c])])
+
+
+class RY(_AbstractOneParameter):
+    """`RY(theta) = exp(-i theta Y / 2)`."""
+
+    num_wires: ClassVar[int] = 1
+
+    def matrix(self):
+        c, s = _cos_sin(self.theta)
+        return jnp.stack([jnp.stack([c, -s]), jnp.stack([s, c])])
+
+
+class RZ(_AbstractOneParameter):
+    """`RZ(theta) = exp(-i theta Z / 2)`."""
+
+    num_wires: ClassVar[int] = 1
+
+    def matrix(self):
+        return jnp.diag(self.diagonal())
+
+    def diagonal(self):
+        return jnp.stack([_phase(-self.theta / 2), _phase(self.theta / 2)])
+
+
+class PhaseShift(_AbstractOneParameter):
+    """`PhaseShift(theta) = diag(1, exp(i theta))`."""
+
+    num_wires: ClassVar[int] = 1
+
+    def matrix(self):
+        return jnp.diag(self.diagonal())
+
+    def diagonal(self):
+        return jnp.stack([_c(1), _phase(self.theta)])
+
+
+class U1(_AbstractOneParameter):
+    """`U1(theta) = diag(1, exp(i theta))`, the same matrix as `PhaseShift`."""
+
+    num_wires: ClassVar[int] = 1
+
+    def matrix(self):
+        return jnp.diag(self.diagonal())
+
+    def diagonal(self):
+        return jnp.stack([_c(1), _phase(self.theta)])
+
+
+class Rot(AbstractGate):
+    """`Rot(phi, theta, omega) = RZ(omega) RY(theta) RZ(phi)`."""
+
+    phi: Array
+    theta: Array
+    omega: Array
+    _wires: tuple[int, ...] = eqx.field(static=True)
+    num_wires: ClassVar[int] = 1
+    param_names: ClassVar[tuple[str, ...]] = ("phi", "theta", "omega")
+    shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = (TWO_TERM,) * 3
+
+    def __init__(self, phi, theta, omega, wires):
+        self._wires = check_wires("Rot", wires, 1)
+        self.phi = _angle("Rot", "phi", phi)
+        self.theta = _angle("Rot", "theta", theta)
+        self.omega = _angle("Rot", "omega", omega)
+
+    @property
+    def wires(self):
+        return self._wires
+
+    def matrix(self):
+        c, s = _cos_sin(self.theta)
+        p, m = (self.phi + self.omega) / 2, (self.phi - self.omega) / 2
+        return jnp.stack(
+            [
+                jnp.stack([_phase(-p) * c, -_phase(m) * s]),
+                jnp.stack([_phase(-m) * s, _phase(p) * c]),
+            ]
+        )
+
+
+class U2(AbstractGate):
+    """`U2(phi, delta) = [[1, -e^{i delta}], [e^{i phi}, e^{i (phi + delta)}]] / sqrt(2)`."""
+
+    phi: Array
+    delta: Array
+    _wires: tuple[int, ...] = eqx.field(static=True)
+    num_wires: ClassVar[int] = 1
+    param_names: ClassVar[tuple[str, ...]] = ("phi", "delta")
+    shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = (TWO_TERM,) * 2
+
+    def __init__(self, phi, delta, wires):
+        self._wires = check_wires("U2", wires, 1)
+        self.phi = _angle("U2", "phi", phi)
+        self.delta = _angle("U2", "delta", delta)
+
+    @property
+    def wires(self):
+        return self._wires
+
+    def matrix(self):
+        m = jnp.stack(
+            [
+                jnp.stack([_c(1), -_phase(self.delta)]),
+                jnp.stack([_phase(self.phi), _phase(self.phi + self.delta)]),
+            ]
+        )
+        return m * _c(_SQ2)
+
+
+class U3(AbstractGate):
+    """`U3(theta, phi, delta) = [[c, -e^{i delta} s], [e^{i phi} s, e^{i (phi + delta)} c]]`,
+    with `c = cos(theta/2)`, `s = sin(theta/2)`."""
+
+    theta: Array
+    phi: Array
+    delta: Array
+    _wires: tuple[int, ...] = eqx.field(static=True)
+    num_wires: ClassVar[int] = 1
+    param_names: ClassVar[tuple[str, ...]] = ("theta", "phi", "delta")
+    shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = (TWO_TERM,) * 3
+
+    def __init__(self, theta, phi, delta, wires):
+        self._wires = check_wires("U3", wires, 1)
+        self.theta = _angle("U3", "theta", theta)
+        self.phi = _angle("U3", "phi", phi)
+        self.delta = _angle("U3", "delta", delta)
+
+    @property
+    def wires(self):
+        return self._wires
+
+    def matrix(self):
+        c, s = _cos_sin(self.theta)
+        return jnp.stack(
+            [
+                jnp.stack([c, -_phase(self.delta) * s]),
+                jnp.stack([_phase(self.phi) * s, _phase(self.phi + self.delta) * c]),
+            ]
+        )
+
+
+# --- two- and three-qubit gates without parameters --------------------------------------------
+
+
+def _perm_matrix(perm, phases=None) -> Array:
+    dim = len(perm)
+    m = np.zeros((dim, dim), dtype=np.complex128)
+    ph = np.ones(dim) if phases is None else phases
+    for i, j in enumerate(perm):
+        m[i, j] = ph[i]
+    return _c(m)
+
+
+class CNOT(_AbstractFixed):
+    """Controlled NOT; `wires=(control, target)`."""
+
+    num_wires: ClassVar[int] = 2
+    self_inverse: ClassVar[bool] = True
+
+    def matrix(self):
+        return _perm_matrix(self.permutation()[0])
+
+    def permutation(self):
+        return (0, 1, 3, 2), None
+
+
+class CY(_AbstractFixed):
+    """Controlled Y; `wires=(control, target)`."""
+
+    num_wires: ClassVar[int] = 2
+    self_inverse: ClassVar[bool] = True
+
+    def matrix(self):
+        return _perm_matrix((0, 1, 3, 2), np.array([1, 1, -1j, 1j]))
+
+    def permutation(self):
+        return (0, 1, 3, 2), _c([1, 1, -1j, 1j])
+
+
+class CZ(_AbstractFixed):
+    """Controlled Z."""
+
+    num_wires: ClassVar[int] = 2
+    self_inverse: ClassVar[bool] = True
+
+    def matrix(self):
+        return jnp.diag(self.diagonal())
+
+    def diagonal(self):
+        return _c([1, 1, 1, -1])
+
+
+class SWAP(_AbstractFixed):
+    """Swaps two wires."""
+
+    num_wires: ClassVar[int] = 2
+    self_inverse: ClassVar[bool] = True
+
+    def matrix(self):
+        return _perm_matrix((0, 2, 1, 3))
+
+    def permutation(self):
+        return (0, 2, 1, 3), None
+
+
+class ISWAP(_AbstractFixed):
+    """Swaps two wires and multiplies |01> and |10> by i."""
+
+    num_wires: ClassVar[int] = 2
+
+    def matrix(self):
+        return _perm_matrix((0, 2, 1, 3), np.array([1, 1j, 1j, 1]))
+
+    def permutation(self):
+        return (0, 2, 1, 3), _c([1, 1j, 1j, 1])
+
+
+class Toffoli(_AbstractFixed):
+    """Doubly controlled NOT; `wires=(control, control, target)`."""
+
+    num_wires: ClassVar[int] = 3
+    self_inverse: ClassVar[bool] = True
+
+    def matrix(self):
+        return _perm_matrix(self.permutation()[0])
+
+    def permutation(self):
+        return (0, 1, 2, 3, 4, 5, 7, 6), None
+
+
+class CSWAP(_AbstractFixed):
+    """Controlled SWAP (Fredkin); `wires=(control, a, b)`."""
+
+    num_wires: ClassVar[int] = 3
+    self_inverse: ClassVar[bool] = True
+
+    def matrix(self):
+        return _perm_matrix(self.permutation()[0])
+
+    def permutation(self):
+        return (0, 1, 2, 3, 4, 6, 5, 7), None
+
+
+# --- two-qubit parametric gates ---------------------------------------------------------------
+
+
+class CRX(_AbstractOneParameter):
+    """Controlled RX; `wires=(control, target)`."""
+
+    num_wires: ClassVar[int] = 2
+    shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = (FOUR_TERM,)
+
+    def matrix(self):
+        return _block_controlled(RX(self.theta, 0).matrix())
+
+
+class CRY(_AbstractOneParameter):
+    """Controlled RY; `wires=(control, target)`."""
+
+    num_wires: ClassVar[int] = 2
+    shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = (FOUR_TERM,)
+
+    def matrix(self):
+        return _block_controlled(RY(self.theta, 0).matrix())
+
+
+class CRZ(_AbstractOneParameter):
+    """Controlled RZ; `wires=(control, target)`."""
+
+    num_wires: ClassVar[int] = 2
+    shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = (FOUR_TERM,)
+
+    def matrix(self):
+        return jnp.diag(self.diagonal())
+
+    def diagonal(self):
+        return jnp.concatenate([_c([1, 1]), RZ(self.theta, 0).diagonal()])
+
+
+class ControlledPhaseShift(_AbstractOneParameter):
+    """`diag(1, 1, 1, exp(i theta))`. Its generator |11><11| has eigenvalues 0 and 1: two-term rule."""
+
+    num_wires: ClassVar[int] = 2
+
+    def matrix(self):
+        return jnp.diag(self.diagonal())
+
+    def diagonal(self):
+        return jnp.concatenate([_c([1, 1, 1]), _phase(self.theta)[None]])
+
+
+class CRot(AbstractGate):
+    """Controlled `Rot(phi, theta, omega)`; `wires=(control, target)`."""
+
+    phi: Array
+    theta: Array
+    omega: Array
+    _wires: tuple[int, ...] = eqx.field(static=True)
+    num_wires: ClassVar[int] = 2
+    param_names: ClassVar[tuple[str, ...]] = ("phi", "theta", "omega")
+    shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = (FOUR_TERM,) * 3
+
+    def __init__(self, phi, theta, omega, wires):
+        self._wires = check_wires("CRot", wires, 2)
+        self.phi = _angle("CRot", "phi", phi)
+        self.theta = _angle("CRot", "theta", theta)
+        self.omega = _angle("CRot", "omega", omega)
+
+    @property
+    def wires(self):
+        return self._wires
+
+    def matrix(self):
+        return _block_controlled(Rot(self.phi, self.theta, self.omega, 0).matrix())
+
+
+class IsingXX(_AbstractOneParameter):
+    """`IsingXX(theta) = exp(-i theta X⊗X / 2)`."""
+
+    num_wires: ClassVar[int] = 2
+
+    def matrix(self):
+        c, s = _cos_sin(self.theta)
+        z = jnp.zeros_like(c)
+        return jnp.stack(
+            [
+                jnp.stack([c, z, z, -1j * s]),
+                jnp.stack([z, c, -1j * s, z]),
+                jnp.stack([z, -1j * s, c, z]),
+                jnp.stack([-1j * s, z, z, c]),
+            ]
+        )
+
+
+class IsingYY(_AbstractOneParameter):
+    """`IsingYY(theta) = exp(-i theta Y⊗Y / 2)`."""
+
+    num_wires: ClassVar[int] = 2
+
+    def matrix(self):
+        c, s = _cos_sin(self.theta)
+        z = jnp.zeros_like(c)
+        return jnp.stack(
+            [
+                jnp.stack([c, z, z, 1j * s]),
+                jnp.stack([z, c, -1j * s, z]),
+                jnp.stack([z, -1j * s, c, z]),
+                jnp.stack([1j * s, z, z, c]),
+            ]
+        )
+
+
+class IsingZZ(_AbstractOneParameter):
+    """`IsingZZ(theta) = exp(-i theta Z⊗Z / 2)`."""
+
+    num_wires: ClassVar[int] = 2
+
+    def matrix(self):
+        return jnp.diag(self.diagonal())
+
+    def diagonal(self):
+        a, b = _phase(-self.theta / 2), _phase(self.theta / 2)
+        return jnp.stack([a, b, b, a])
+
+
+class IsingXY(_AbstractOneParameter):
+    """`IsingXY(theta) = exp(i theta (X⊗X + Y⊗Y) / 4)`."""
+
+    num_wires: ClassVar[int] = 2
+    shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = (FOUR_TERM,)
+
+    def matrix(self):
+        c, s = _cos_sin(self.theta)
+        o, z = jnp.ones_like(c), jnp.zeros_like(c)
+        return jnp.stack(
+            [
+                jnp.stack([o, z, z, z]),
+                jnp.stack([z, c, 1j * s, z]),
+                jnp.stack([z, 1j * s, c, z]),
+                jnp.stack([z, z, z, o]),
+            ]
+        )
+
+
+# --- gates on any number of wires -------------------------------------------------------------
+
+
+def _z_parity(k: int) -> np.ndarray:
+    """The eigenvalues (+-1) of Z⊗...⊗Z on k wires, in basis order."""
+    bits = (np.arange(2**k)[:, None] >> np.arange(k)[None, :]) & 1
+    return 1 - 2 * (bits.sum(axis=1) % 2)
+
+
+class MultiRZ(_AbstractOneParameter):
+    """`MultiRZ(theta) = exp(-i theta Z⊗...⊗Z / 2)` on any number of wires."""
+
+    num_wires: ClassVar[None] = None
+
+    def matrix(self):
+        return jnp.diag(self.diagonal())
+
+    def diagonal(self):
+        z = jnp.asarray(_z_parity(len(self.wires)), dtype=real_dtype())
+        return _phase(-self.theta / 2 * z)
+
+
+class PauliRot(AbstractGate):
+    """`PauliRot(theta, "XYZ", wires) = exp(-i theta P / 2)` for a Pauli word P on `wires`."""
+
+    theta: Array
+    pauli_word: str = eqx.field(static=True)
+    _wires: tuple[int, ...] = eqx.field(static=True)
+    num_wires: ClassVar[None] = None
+    param_names: ClassVar[tuple[str, ...]] = ("theta",)
+    shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = (TWO_TERM,)
+
+    def __init__(self, theta, pauli_word: str, wires):
+        self._wires = check_wires("PauliRot", wires, None)
+        if not isinstance(pauli_word, str) or set(pauli_word) - set("IXYZ"):
+            raise ValueError(f"PauliRot: pauli_word must be a string over 'IXYZ', got {pauli_word!r}.")
+        if len(pauli_word) != len(self._wires):
+            raise ValueError(
+                f"PauliRot: pauli_word {pauli_word!r} has {len(pauli_word)} letters but "
+                f"wires={self._wires} has {len(self._wires)}; give one letter per wire."
+            )
+        self.pauli_word = pauli_word
+        self.theta = _angle("PauliRot", "theta", theta)
+
+    @property
+    def wires(self):
+        return self._wires
+
+    def matrix(self):
+        c, s = _cos_sin(self.theta)
+        p = _c(pauli_word_matrix(self.pauli_word))
+        return c * jnp.eye(p.shape[0], dtype=p.dtype) - 1j * s * p
+
+    def diagonal(self):
+        if set(self.pauli_word) <= {"I", "Z"}:
+            return jnp.diagonal(self.matrix())
+        return None
+
+    def __repr__(self):
+        return super().__repr__().replace("PauliRot(", f"PauliRot({self.pauli_word!r}, ", 1)
+
+
+def _unitarity_tolerance(dtype) -> float:
+    return 1e-4 if jnp.finfo(dtype).bits <= 32 else 1e-9
+
+
+class QubitUnitary(AbstractGate):
+    """Any k-qubit unitary; its entries are leaves (differentiable). Checked for unitarity when concrete."""
+
+    U: Array
+    _wires: tuple[int, ...] = eqx.field(static=True)
+    num_wires: ClassVar[None] = None
+    param_names: ClassVar[tuple[str, ...]] = ("U",)
+    shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = None
+
+    def __init__(self, U: ArrayLike, wires):
+        self._wires = check_wires("QubitUnitary", wires, None)
+        U = jnp.asarray(U)
+        dim = 2 ** len(self._wires)
+        if U.shape != (dim, dim):
+            raise ValueError(
+                f"QubitUnitary(wires={self._wires}): expected a ({dim}, {dim}) matrix for "
+                f"{len(self._wires)} wire(s), got shape {U.shape}."
+            )
+        U = U.astype(complex_dtype())
+        if is_concrete(U):
+            err = float(jnp.max(jnp.abs(U.conj().T @ U - jnp.eye(dim, dtype=U.dtype))))
+            if err > _unitarity_tolerance(U.dtype):
+                raise ValueError(
+                    f"QubitUnitary(wires={self._wires}): the matrix is not unitary "
+                    f"(max |U^dagger U - I| = {err:.3g}); pass a unitary matrix."
+                )
+        self.U = U
+
+    @property
+    def wires(self):
+        return self._wires
+
+    def matrix(self):
+        return self.U
+
+
+class MultiControlledX(AbstractGate):
+    """X on the last of `wires`, controlled by the others on `control_values` (default all 1)."""
+
+    _wires: tuple[int, ...] = eqx.field(static=True)
+    control_values: tuple[int, ...] = eqx.field(static=True)
+    num_wires: ClassVar[None] = None
+    self_inverse: ClassVar[bool] = True
+
+    def __init__(self, wires, control_values=None):
+        self._wires = check_wires("MultiControlledX", wires, None)
+        if len(self._wires) < 2:
+            raise ValueError(f"MultiControlledX(wires={self._wires}): needs a control and a target.")
+        self.control_values = _check_control_values(
+            "MultiControlledX", control_values, len(self._wires) - 1
+        )
+
+    @property
+    def wires(self):
+        return self._wires
+
+    def control(self):
+        return self._wires[:-1], self.control_values, PauliX(self._wires[-1])
+
+    def matrix(self):
+        return _controlled_matrix(self.control_values, PauliX(0).matrix())
+
+
+def _check_control_values(name, values, num_controls) -> tuple[int, ...]:
+    if values is None:
+        return (1,) * num_controls
+    values = (values,) if isinstance(values, (int, bool)) else tuple(values)
+    if len(values) != num_controls or any(v not in (0, 1) for v in values):
+        raise ValueError(
+            f"{name}: control_values must be {num_controls} values in {{0, 1}}, got {values!r}."
+        )
+    return tuple(int(v) for v in values)
+
+
+def _controlled_matrix(values: tuple[int, ...], target: Array) -> Array:
+    """The full matrix of `target` controlled by wires set to `values` (controls first)."""
+    tdim = target.shape[0]
+    dim = tdim * 2 ** len(values)
+    start = int("".join(map(str, values)), 2) * tdim if values else 0
+    eye = jnp.eye(dim, dtype=target.dtype)
+    return eye.at[start : start + tdim, start : start + tdim].set(target)
+
+
+# --- wrappers ---------------------------------------------------------------------------------
+
+
+class Adjoint(AbstractGate):
+    """The inverse of a gate. `Adjoint(S(0))` is S-dagger. Keeps the base gate's parameter leaves."""
+
+    base: AbstractGate
+    num_wires: ClassVar[None] = None
+
+    def __init__(self, base: AbstractGate):
+        if not isinstance(base, AbstractGate):
+            raise TypeError(f"Adjoint: expected a gate, got {type(base).__name__}.")
+        self.base = base
+
+    @property
+    def wires(self):
+        return self.base.wires
+
+    @property
+    def name(self):
+        return f"Adjoint({self.base.name})"
+
+    @property
+    def parameters(self):
+        return self.base.parameters
+
+    @property
+    def shift_rules(self):
+        # d/dt f(-t) flips the sign of every shift and every coefficient: the rule is unchanged
+        # for the antisymmetric rules used here.
+        return self.base.shift_rules
+
+    def adjoint(self):
+        return self.base
+
+    def matrix(self):
+        return self.base.matrix().conj().T
+
+    def diagonal(self):
+        d = self.base.diagonal()
+        return None if d is None else d.conj()
+
+    def permutation(self):
+        p = self.base.permutation()
+        if p is None:
+            return None
+        perm, phases = p
+        inv = [0] * len(perm)
+        for i, j in enumerate(perm):
+            inv[j] = i
+        # U = P D in the sense out[i] = ph[i] in[perm[i]]; the inverse maps out[j] = conj(ph[inv[j]]) in[inv[j]].
+        return tuple(inv), None if phases is None else phases.conj()[jnp.asarray(inv)]
+
+    def control(self):
+        c = self.base.control()
+        return None if c is None else (c[0], c[1], c[2].adjoint())
+
+    def __repr__(self):
+        return f"Adjoint({self.base!r})"
+
+
+class Controlled(AbstractGate):
+    """`base` applied where the `controls` wires hold `control_values` (default all 1).
+
+    The wires are `controls + base.wires`. Applied to a slice of the state, so many controls stay cheap.
+    """
+
+    base: AbstractGate
+    controls: tuple[int, ...] = eqx.field(static=True)
+    control_values: tuple[int, ...] = eqx.field(static=True)
+    num_wires: ClassVar[None] = None
+
+    def __init__(self, base: AbstractGate, controls, control_values=None):
+        if not isinstance(base, AbstractGate):
+            raise TypeError(f"Controlled: expected a gate, got {type(base).__name__}.")
+        controls = check_wires("Controlled", controls, None)
+        overlap = set(controls) & set(base.wires)
+        if overlap:
+            raise ValueError(
+                f"Controlled: control wires {controls} overlap the wires {base.wires} of "
+                f"{base.name} on {sorted(overlap)}; controls must be other wires."
+            )
+        self.base = base
+        self.controls = controls
+        self.control_values = _check_control_values("Controlled", control_values, len(controls))
+
+    @property
+    def wires(self):
+        return self.controls + self.base.wires
+
+    @property
+    def name(self):
+        return f"C({self.base.name})"
+
+    @property
+    def parameters(self):
+        return self.base.parameters
+
+    @property
+    def shift_rules(self):
+        # A controlled Pauli rotation has generator eigenvalues {0, +-1/2}: four-term rule.
+        rules = self.base.shift_rules
+        if rules is None or any(r != TWO_TERM for r in rules):
+            return None
+        return (FOUR_TERM,) * len(rules)
+
+    def adjoint(self):
+        return Controlled(self.base.adjoint(), self.controls, self.control_values)
+
+    def control(self):
+        return self.controls, self.control_values, self.base
+
+    def matrix(self):
+        return _controlled_matrix(self.control_values, self.base.matrix())
+
+    def __repr__(self):
+        return f"Controlled({self.base!r}, controls={self.controls}, control_values={self.control_values})"
+
+
+# PennyLane's short names.
+X = PauliX
+Y = PauliY
+Z = PauliZ
+H = Hadamard
+I = Identity  # noqa: E741

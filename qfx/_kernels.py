@@ -1,0 +1,266 @@
+"""Pure state-vector kernels. States are flat arrays of 2**n amplitudes; wire 0 is the most significant bit.
+
+A k-qubit gate is applied by viewing the state as `(2**a, 2, 2**b, 2, ..., 2**c)` (a reshape, free) with
+one axis of size 2 per target wire in ascending order, so no transposes of the state are needed:
+- dense gates on k <= 2 wires become 2**k elementwise combinations of 2**k slices (one fused pass);
+- wider dense gates use one tensordot;
+- diagonal gates are an elementwise product, permutation gates an index shuffle of slices;
+- controlled gates apply their target to the slice of the state where the controls hold their values.
+No 2**n x 2**n matrix is ever built.
+"""
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array
+
+from ._circuit import Repeat
+from ._custom_types import complex_dtype, is_concrete, real_dtype
+from ._gates import AbstractGate, PauliRot
+from ._observables import Word
+
+# Dense gates up to this many wires are applied as elementwise slice combinations.
+_ELEMENTWISE_MAX_WIRES = 2
+
+
+def _memory_limit_bytes() -> int:
+    device = jax.devices()[0]
+    try:
+        stats = device.memory_stats()
+    except Exception:  # noqa: BLE001  (backends without memory stats)
+        stats = None
+    if stats and "bytes_limit" in stats:
+        return int(stats["bytes_limit"])
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _format_bytes(b: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if b < 1024:
+            return f"{b:.1f} {unit}"
+        b /= 1024
+    return f"{b:.1f} EiB"
+
+
+def check_fits(num_wires: int) -> None:
+    """Raises before allocating when a state vector of `num_wires` qubits cannot fit in memory."""
+    dtype = complex_dtype()
+    need = 2.0**num_wires * dtype.itemsize
+    limit = _memory_limit_bytes()
+    if need > limit:
+        raise ValueError(
+            f"A {num_wires}-wire state vector needs {_format_bytes(need)} (2**{num_wires} {dtype.name} "
+            f"amplitudes), but this device has {_format_bytes(limit)}. Use fewer wires, or a backend "
+            "that does not store the full state."
+        )
+
+
+def zero_state(num_wires: int) -> Array:
+    """|0...0> as a flat vector of the default complex dtype."""
+    check_fits(num_wires)
+    return jnp.zeros(2**num_wires, complex_dtype()).at[0].set(1)
+
+
+# --- layouts ------------------------------------------------------------------------------------
+
+
+def _layout(wires: tuple[int, ...], n: int):
+    """The argsort of `wires`, the view shape with a size-2 axis per wire, and those axes' positions."""
+    order = sorted(range(len(wires)), key=lambda i: wires[i])
+    shape, axes, prev = [], [], 0
+    for w in (wires[i] for i in order):
+        shape.append(2 ** (w - prev))
+        axes.append(len(shape))
+        shape.append(2)
+        prev = w + 1
+    shape.append(2 ** (n - prev))
+    return order, tuple(shape), tuple(axes)
+
+
+def _bits(index: int, k: int) -> tuple[int, ...]:
+    return tuple((index >> (k - 1 - i)) & 1 for i in range(k))
+
+
+def _slice(view: Array, axes, bits) -> Array:
+    idx = [slice(None)] * view.ndim
+    for a, b in zip(axes, bits):
+        idx[a] = b
+    return view[tuple(idx)]
+
+
+def _assemble(outs: list[Array], axes) -> Array:
+    """Inverse of taking the 2**k slices of `_slice`: stacks them back along `axes`."""
+    k = len(axes)
+    for j in reversed(range(k)):
+        # The qubit axes 0..j-1 are still missing, so axis j sits j places earlier for now.
+        outs = [jnp.stack(outs[2 * m : 2 * m + 2], axis=axes[j] - j) for m in range(len(outs) // 2)]
+    return outs[0]
+
+
+def _to_sorted_index(order, k: int):
+    """Maps an index over the sorted wires to the same basis state indexed in gate order."""
+
+    def to_gate(s: int) -> int:
+        g = 0
+        for i, bit in enumerate(_bits(s, k)):
+            g |= bit << (k - 1 - order[i])
+        return g
+
+    return to_gate
+
+
+# --- gate application ---------------------------------------------------------------------------
+
+
+def apply_matrix(state: Array, matrix: Array, wires: tuple[int, ...], n: int) -> Array:
+    """Applies a `(2**k, 2**k)` matrix (in the order of `wires`) to the flat state."""
+    k = len(wires)
+    order, shape, axes = _layout(wires, n)
+    if order != sorted(order):
+        perm = list(order) + [k + o for o in order]
+        matrix = matrix.reshape((2,) * 2 * k).transpose(perm).reshape(2**k, 2**k)
+    view = state.reshape(shape)
+    if k <= _ELEMENTWISE_MAX_WIRES:
+        subs = [_slice(view, axes, _bits(b, k)) for b in range(2**k)]
+        known = np.asarray(matrix) if is_concrete(matrix) else None
+        outs = []
+        for i in range(2**k):
+            terms = [
+                matrix[i, j] * subs[j] for j in range(2**k) if known is None or known[i, j] != 0
+            ]
+            outs.append(sum(terms[1:], terms[0]) if terms else jnp.zeros_like(subs[0]))
+        out = _assemble(outs, axes)
+    else:
+        out = jnp.tensordot(matrix.reshape((2,) * 2 * k), view, axes=(list(range(k, 2 * k)), list(axes)))
+        out = jnp.moveaxis(out, list(range(k)), list(axes))
+    return out.reshape(state.shape)
+
+
+def apply_diagonal(state: Array, diag: Array, wires: tuple[int, ...], n: int) -> Array:
+    k = len(wires)
+    order, shape, axes = _layout(wires, n)
+    d = diag.reshape((2,) * k).transpose(order)
+    bshape = [1] * len(shape)
+    for a in axes:
+        bshape[a] = 2
+    return (state.reshape(shape) * d.reshape(bshape)).reshape(state.shape)
+
+
+def apply_permutation(state, perm, phases, wires: tuple[int, ...], n: int) -> Array:
+    """`out[i] = phases[i] * in[perm[i]]` over the basis of `wires` (gate order)."""
+    k = len(wires)
+    order, shape, axes = _layout(wires, n)
+    to_gate = _to_sorted_index(order, k)
+    from_gate = {to_gate(s): s for s in range(2**k)}
+    view = state.reshape(shape)
+    outs = []
+    for s in range(2**k):
+        g = to_gate(s)
+        sub = _slice(view, axes, _bits(from_gate[perm[g]], k))
+        outs.append(sub if phases is None else phases[g] * sub)
+    return _assemble(outs, axes).reshape(state.shape)
+
+
+def apply_pauli_word(state: Array, word: Word, n: int) -> Array:
+    """P|psi> for a Pauli word, as flips and phases: no matrix."""
+    t = state.reshape((2,) * n)
+    flips = tuple(w for w, p in word if p in "XY")
+    if flips:
+        t = jnp.flip(t, axis=flips)
+    for w, p in word:
+        if p in "YZ":
+            ph = jnp.asarray([-1j, 1j] if p == "Y" else [1, -1], state.dtype)
+            t = t * ph.reshape((2,) + (1,) * (n - 1 - w))
+    return t.reshape(state.shape)
+
+
+def apply_gate(state: Array, gate: AbstractGate, n: int, wire_map=None) -> Array:
+    """Applies one gate, dispatching statically on its structure. `wire_map` relabels wires."""
+    wires = gate.wires if wire_map is None else tuple(wire_map[w] for w in gate.wires)
+    control = gate.control()
+    if control is not None:
+        return _apply_controlled(state, control, n, wire_map)
+    diag = gate.diagonal()
+    if diag is not None:
+        return apply_diagonal(state, diag, wires, n)
+    perm = gate.permutation()
+    if perm is not None:
+        return apply_permutation(state, perm[0], perm[1], wires, n)
+    if isinstance(gate, PauliRot) and len(wires) > _ELEMENTWISE_MAX_WIRES:
+        c, s = jnp.cos(gate.theta / 2), jnp.sin(gate.theta / 2)
+        word = tuple((wires[i], p) for i, p in enumerate(gate.pauli_word) if p != "I")
+        rotated = apply_pauli_word(state, word, n)
+        return c.astype(state.dtype) * state - 1j * s.astype(state.dtype) * rotated
+    return apply_matrix(state, gate.matrix(), wires, n)
+
+
+def _apply_controlled(state: Array, control, n: int, wire_map) -> Array:
+    controls, values, target = control
+    pos = (lambda w: w) if wire_map is None else wire_map.__getitem__
+    cpos = sorted(pos(c) for c in controls)
+    t = state.reshape((2,) * n)
+    value_at = {pos(c): v for c, v in zip(controls, values)}
+    idx = tuple(value_at[a] if a in value_at else slice(None) for a in range(n))
+    # Wires of the target inside the slice, which lacks the control axes.
+    inner = {w: pos(w) - sum(c < pos(w) for c in cpos) for w in target.wires}
+    sub = t[idx].reshape(-1)
+    sub = apply_gate(sub, target, n - len(controls), inner)
+    return t.at[idx].set(sub.reshape((2,) * (n - len(controls)))).reshape(state.shape)
+
+
+def run(ops, state: Array, n: int) -> Array:
+    """Applies a sequence of operations to a flat state; `Repeat` blocks run under `lax.scan`."""
+    for op in ops:
+        if isinstance(op, Repeat):
+
+            def layer(s, body):
+                return run(body.ops, s, n), None
+
+            state, _ = jax.lax.scan(layer, state, op.body, length=op.length)
+        else:
+            state = apply_gate(state, op, n)
+    return state
+
+
+# --- reductions ---------------------------------------------------------------------------------
+
+_PHASES = {"X": (1, 1), "Y": (-1j, 1j), "Z": (1, -1)}
+
+
+def pauli_expvals(state: Array, words: tuple[Word, ...], n: int) -> Array:
+    """<psi|P|psi> for each Pauli word, as a real array. Words sharing X/Y wires share one pass."""
+    t = state.reshape((2,) * n)
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, word in enumerate(words):
+        groups.setdefault(tuple(w for w, p in word if p in "XY"), []).append(i)
+    values = [None] * len(words)
+    for flips, members in groups.items():
+        # c[b] = conj(psi[b]) psi[b ^ flips]; real (the probabilities) when nothing flips.
+        c = jnp.real(t * t.conj()) if not flips else t.conj() * jnp.flip(t, axis=flips)
+        for i in members:
+            word = words[i]
+            on = tuple(w for w, _ in word)
+            m = jnp.sum(c, axis=tuple(a for a in range(n) if a not in on))
+            for j, (_, p) in enumerate(word):
+                ph = jnp.asarray(_PHASES[p], c.dtype if p != "Y" else complex_dtype())
+                m = m * ph.reshape((2,) + (1,) * (len(word) - 1 - j))
+            values[i] = jnp.real(jnp.sum(m)).astype(real_dtype())
+    return jnp.stack(values) if values else jnp.zeros((0,), real_dtype())
+
+
+def marginal_probs(state: Array, wires: tuple[int, ...], n: int) -> Array:
+    """Probabilities of the basis states of `wires` (in that order), summed over the other wires."""
+    p = jnp.real(state * state.conj()).reshape((2,) * n)
+    p = jnp.sum(p, axis=tuple(a for a in range(n) if a not in wires))
+    ascending = sorted(wires)
+    p = p.transpose([ascending.index(w) for w in wires])
+    return p.reshape(-1).astype(real_dtype())
+
+
+def reduced_density_matrix(state: Array, wires: tuple[int, ...], n: int) -> Array:
+    """The reduced density matrix of `wires` (in that order), tracing out the others."""
+    t = jnp.moveaxis(state.reshape((2,) * n), list(wires), list(range(len(wires))))
+    a = t.reshape(2 ** len(wires), -1)
+    return a @ a.conj().T

@@ -1,0 +1,317 @@
+"""Measurements: the entry points users call. Each is a pure function that works under jit, grad and vmap.
+
+Every function takes `initial_state=` (default |0...0>) and `diff=` (a `qfx.diff` method, default
+`qfx.diff.Backprop()`). Randomness is explicit: `sample` and shot-based `expval` take a keyword-only
+`key` with no default.
+"""
+
+from collections.abc import Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, PRNGKeyArray
+
+from . import _kernels as K
+from ._circuit import Circuit
+from ._custom_types import complex_dtype, is_concrete, real_dtype
+from ._gates import Hadamard, S
+from ._observables import AbstractObservable, LinearCombination, PauliWord, as_linear_combination
+from .diff import AbstractDiffMethod, Backprop
+
+_BACKPROP = Backprop()
+
+
+def _check_circuit(circuit, fn: str) -> None:
+    if not isinstance(circuit, Circuit):
+        raise TypeError(f"qfx.{fn}: expected a qfx.Circuit as the first argument, got {type(circuit).__name__}.")
+
+
+def _check_diff(diff, fn: str) -> None:
+    if not isinstance(diff, AbstractDiffMethod):
+        raise TypeError(f"qfx.{fn}: diff must be a qfx.diff method such as qfx.diff.Backprop(), got {diff!r}.")
+
+
+def _initial_state(circuit: Circuit, initial_state) -> Array:
+    n = circuit.num_wires
+    K.check_fits(n)
+    if initial_state is None:
+        return K.zero_state(n)
+    psi = jnp.asarray(initial_state)
+    if psi.shape != (2**n,):
+        raise ValueError(
+            f"initial_state: expected shape ({2**n},) for {n} wires, got {psi.shape}."
+        )
+    psi = psi.astype(complex_dtype())
+    norm = jnp.sum(jnp.real(psi * psi.conj()))
+    tol = 1e-4 if psi.dtype == jnp.complex64 else 1e-10
+    if is_concrete(norm):
+        if abs(float(norm) - 1) > tol:
+            raise ValueError(f"initial_state is not normalised: its squared norm is {float(norm):.6g}, expected 1.")
+        return psi
+    return eqx.error_if(psi, jnp.abs(norm - 1) > tol, "initial_state is not normalised (squared norm != 1).")
+
+
+def _check_wires_in(circuit: Circuit, wires, what: str) -> None:
+    bad = [w for w in wires if w >= circuit.num_wires]
+    if bad:
+        raise ValueError(
+            f"{what} acts on wire {bad[0]}, but the circuit has {circuit.num_wires} wires "
+            f"(0..{circuit.num_wires - 1}); pass num_wires={max(wires) + 1} to the Circuit or fix the wire."
+        )
+
+
+def _observables(circuit: Circuit, observables, fn: str) -> tuple[tuple[LinearCombination, ...], bool]:
+    """Normalises one observable or a sequence of them; returns them and whether one was given."""
+    single = isinstance(observables, AbstractObservable)
+    obs = (observables,) if single else observables
+    if not isinstance(obs, Sequence) or not obs or not all(isinstance(o, AbstractObservable) for o in obs):
+        raise TypeError(
+            f"qfx.{fn}: expected an observable (e.g. qfx.Z(0)) or a non-empty list of observables, got {observables!r}."
+        )
+    lcs = tuple(as_linear_combination(o) for o in obs)
+    for o in lcs:
+        _check_wires_in(circuit, o.wires, f"The observable {o!r}")
+    return lcs, single
+
+
+def _check_measured_wires(circuit: Circuit, wires, fn: str) -> tuple[int, ...]:
+    if wires is None:
+        return tuple(range(circuit.num_wires))
+    wires = (wires,) if isinstance(wires, (int, np.integer)) else tuple(wires)
+    if len(set(wires)) != len(wires) or any(not isinstance(w, (int, np.integer)) or w < 0 for w in wires):
+        raise ValueError(f"qfx.{fn}: wires must be distinct non-negative ints, got {wires!r}.")
+    _check_wires_in(circuit, wires, f"qfx.{fn}(wires={wires})")
+    return tuple(int(w) for w in wires)
+
+
+# --- exact expectation values -------------------------------------------------------------------
+
+
+def _words(lcs) -> tuple:
+    words = []
+    for lc in lcs:
+        for t in lc.terms:
+            if isinstance(t, PauliWord) and t.word not in words:
+                words.append(t.word)
+    return tuple(words)
+
+
+def _expvals(state: Array, lcs: tuple[LinearCombination, ...], n: int) -> Array:
+    """<O_j> for each observable; all Pauli words are evaluated together (shared passes)."""
+    words = _words(lcs)
+    pauli = K.pauli_expvals(state, words, n)
+    out = []
+    for lc in lcs:
+        vals = []
+        for t in lc.terms:
+            if isinstance(t, PauliWord):
+                vals.append(pauli[words.index(t.word)])
+            else:
+                h_psi = K.apply_matrix(state, t.matrix, t.wires, n)
+                vals.append(jnp.real(jnp.vdot(state, h_psi)).astype(real_dtype()))
+        out.append(jnp.dot(lc.coeffs, jnp.stack(vals)))
+    return jnp.stack(out)
+
+
+def _apply_observable(state: Array, lc: LinearCombination, n: int) -> Array:
+    """O|psi>."""
+    out = jnp.zeros_like(state)
+    for c, t in zip(lc.coeffs, lc.terms):
+        if isinstance(t, PauliWord):
+            term = K.apply_pauli_word(state, t.word, n)
+        else:
+            term = K.apply_matrix(state, t.matrix, t.wires, n)
+        out = out + c.astype(state.dtype) * term
+    return out
+
+
+# --- shot estimates -----------------------------------------------------------------------------
+
+
+@jax.custom_jvp
+def _sampled(x):
+    return x
+
+
+@_sampled.defjvp
+def _sampled_jvp(primals, tangents):
+    raise ValueError(
+        "A shot-based estimate (shots=...) cannot be differentiated by backpropagation: sampling is not "
+        "differentiable. Use diff=qfx.diff.ParameterShift() for gradients with shots, or shots=None."
+    )
+
+
+def _sample_indices(key, p: Array, shots: int) -> Array:
+    return jax.random.choice(key, p.shape[0], shape=(shots,), p=p)
+
+
+def _term_estimate(state, term, key, shots: int, n: int) -> Array:
+    """The mean of `shots` measurements of one Pauli word or Hermitian term."""
+    if isinstance(term, PauliWord):
+        if not term.word:
+            return jnp.ones((), real_dtype())
+        for w, p in term.word:  # rotate each X / Y into the Z basis
+            if p == "Y":
+                state = K.apply_gate(state, S(w).adjoint(), n)
+            if p in "XY":
+                state = K.apply_gate(state, Hadamard(w), n)
+        k = len(term.wires)
+        eig = jnp.asarray(1 - 2 * (np.array([bin(i).count("1") for i in range(2**k)]) % 2), real_dtype())
+    else:
+        eig, vecs = jnp.linalg.eigh(term.matrix)
+        state = K.apply_matrix(state, vecs.conj().T, term.wires, n)
+        eig = eig.astype(real_dtype())
+    p = K.marginal_probs(state, term.wires, n)
+    return jnp.mean(eig[_sample_indices(key, p, shots)])
+
+
+def _estimates(state, lcs, key, shots: int, n: int) -> Array:
+    """Shot estimates of each observable: every term measured with its own `shots` samples."""
+    out = []
+    for lc in lcs:
+        keys = jax.random.split(key, len(lc.terms) + 1)
+        key = keys[0]
+        vals = [_term_estimate(state, t, kt, shots, n) for t, kt in zip(lc.terms, keys[1:])]
+        out.append(jnp.dot(lc.coeffs, jnp.stack(vals)))
+    return _sampled(jnp.stack(out))
+
+
+def _check_shots(shots, key, fn: str):
+    if not isinstance(shots, (int, np.integer)) or isinstance(shots, bool) or shots < 1:
+        raise ValueError(f"qfx.{fn}: shots must be a positive int (static), got {shots!r}.")
+    if key is None:
+        raise ValueError(f"qfx.{fn}: shots={shots} needs a PRNG key: pass key=jax.random.key(0).")
+
+
+# --- public entry points ------------------------------------------------------------------------
+
+
+def state(circuit: Circuit, *, initial_state: ArrayLike | None = None, diff: AbstractDiffMethod = _BACKPROP) -> Array:
+    """The final state vector, of shape `(2**num_wires,)`."""
+    _check_circuit(circuit, "state")
+    _check_diff(diff, "state")
+    return diff(lambda psi, _: psi, circuit, _initial_state(circuit, initial_state), None)
+
+
+def probs(
+    circuit: Circuit,
+    wires: int | Sequence[int] | None = None,
+    *,
+    initial_state: ArrayLike | None = None,
+    diff: AbstractDiffMethod = _BACKPROP,
+) -> Array:
+    """Probabilities of the computational basis states of `wires` (all wires by default), in that order.
+
+    **Returns:** an array of shape `(2**len(wires),)`; the first wire is the most significant bit.
+    """
+    _check_circuit(circuit, "probs")
+    _check_diff(diff, "probs")
+    wires = _check_measured_wires(circuit, wires, "probs")
+    n = circuit.num_wires
+    return diff(lambda psi, _: K.marginal_probs(psi, wires, n), circuit, _initial_state(circuit, initial_state), None)
+
+
+def expval(
+    circuit: Circuit,
+    observable: AbstractObservable | Sequence[AbstractObservable],
+    *,
+    initial_state: ArrayLike | None = None,
+    shots: int | None = None,
+    key: PRNGKeyArray | None = None,
+    diff: AbstractDiffMethod = _BACKPROP,
+) -> Array:
+    """The expectation value of an observable, or of each of a list of observables.
+
+    **Arguments:**
+
+    - `circuit`: the circuit, run from |0...0> or `initial_state`.
+    - `observable`: e.g. `0.5 * qfx.Z(0) @ qfx.Z(1) - 0.2 * qfx.X(0)`, or a list of them.
+    - `shots`: if given, an estimate from `shots` measurements of each term (needs `key`).
+    - `key`: a PRNG key, keyword-only; required with `shots`.
+    - `diff`: the differentiation method.
+
+    **Returns:** a real scalar, or an array with one value per observable when a list was given.
+
+    ```python
+    circ = qfx.Circuit([qfx.RX(0.3, wires=0)])
+    qfx.expval(circ, qfx.Z(0))       # cos(0.3)
+    jax.grad(qfx.expval)(circ, qfx.Z(0)).ops[0].theta  # -sin(0.3)
+    ```
+    """
+    _check_circuit(circuit, "expval")
+    _check_diff(diff, "expval")
+    lcs, single = _observables(circuit, observable, "expval")
+    n = circuit.num_wires
+    psi0 = _initial_state(circuit, initial_state)
+    if shots is None:
+        out = diff(lambda psi, obs: _expvals(psi, obs, n), circuit, psi0, lcs)
+    else:
+        _check_shots(shots, key, "expval")
+        out = diff(lambda psi, a: _estimates(psi, a[0], a[1], shots, n), circuit, psi0, (lcs, key))
+    return out[0] if single else out
+
+
+def var(
+    circuit: Circuit,
+    observable: AbstractObservable | Sequence[AbstractObservable],
+    *,
+    initial_state: ArrayLike | None = None,
+    diff: AbstractDiffMethod = _BACKPROP,
+) -> Array:
+    """The variance `<O^2> - <O>^2` of an observable, or of each of a list of them."""
+    _check_circuit(circuit, "var")
+    _check_diff(diff, "var")
+    lcs, single = _observables(circuit, observable, "var")
+    n = circuit.num_wires
+
+    def measure(psi, obs):
+        mean = _expvals(psi, obs, n)
+        sq = jnp.stack([jnp.sum(jnp.abs(_apply_observable(psi, o, n)) ** 2) for o in obs]).astype(real_dtype())
+        return sq - mean**2
+
+    out = diff(measure, circuit, _initial_state(circuit, initial_state), lcs)
+    return out[0] if single else out
+
+
+def density_matrix(
+    circuit: Circuit,
+    wires: int | Sequence[int] | None = None,
+    *,
+    initial_state: ArrayLike | None = None,
+    diff: AbstractDiffMethod = _BACKPROP,
+) -> Array:
+    """The reduced density matrix of `wires` (all by default), tracing out the rest: `(2**k, 2**k)`."""
+    _check_circuit(circuit, "density_matrix")
+    _check_diff(diff, "density_matrix")
+    wires = _check_measured_wires(circuit, wires, "density_matrix")
+    n = circuit.num_wires
+    return diff(
+        lambda psi, _: K.reduced_density_matrix(psi, wires, n), circuit, _initial_state(circuit, initial_state), None
+    )
+
+
+def sample(
+    circuit: Circuit,
+    *,
+    key: PRNGKeyArray,
+    shots: int,
+    wires: int | Sequence[int] | None = None,
+    initial_state: ArrayLike | None = None,
+) -> Array:
+    """`shots` measurements of `wires` (all by default) in the computational basis.
+
+    Pure: the same key gives the same samples; `jax.vmap` over keys gives independent batches.
+
+    **Returns:** an int32 array of bits, shape `(shots, len(wires))`.
+    """
+    _check_circuit(circuit, "sample")
+    _check_shots(shots, key, "sample")
+    wires = _check_measured_wires(circuit, wires, "sample")
+    n = circuit.num_wires
+    psi = K.run(circuit.ops, _initial_state(circuit, initial_state), n)
+    idx = _sample_indices(key, jax.lax.stop_gradient(K.marginal_probs(psi, wires, n)), shots)
+    k = len(wires)
+    return ((idx[:, None] >> jnp.arange(k - 1, -1, -1)) & 1).astype(jnp.int32)
+

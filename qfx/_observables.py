@@ -1,0 +1,273 @@
+"""Observables: Pauli words, Hermitian matrices, and linear combinations with leaf coefficients.
+
+`qfx.X(0)`, `qfx.Y(1)`, `qfx.Z(2)` and `qfx.I(0)` are gates and observables at once, as in PennyLane.
+Arithmetic builds a `LinearCombination`: `0.5 * qfx.Z(0) @ qfx.Z(1) - 0.2 * qfx.X(0)`. Its coefficients are
+array leaves, so `jax.grad` reaches them; its Pauli words are static structure.
+"""
+
+import abc
+import numbers
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike
+
+from ._custom_types import check_wires, complex_dtype, is_concrete, real_dtype
+
+# A Pauli word: ((wire, letter), ...) sorted by wire, letters in "XYZ"; () is the identity.
+Word = tuple[tuple[int, str], ...]
+
+_PAULI = {
+    "I": np.eye(2),
+    "X": np.array([[0, 1], [1, 0]]),
+    "Y": np.array([[0, -1j], [1j, 0]]),
+    "Z": np.array([[1, 0], [0, -1]]),
+}
+# Products of single-qubit Paulis: (a, b) -> (phase, letter) with a b = phase * letter.
+_PRODUCT = {
+    ("X", "Y"): (1j, "Z"),
+    ("Y", "Z"): (1j, "X"),
+    ("Z", "X"): (1j, "Y"),
+    ("Y", "X"): (-1j, "Z"),
+    ("Z", "Y"): (-1j, "X"),
+    ("X", "Z"): (-1j, "Y"),
+}
+
+
+def pauli_word_matrix(letters: str) -> np.ndarray:
+    """The dense matrix of a Pauli string such as "XZ" (first letter on the first wire)."""
+    m = np.eye(1)
+    for letter in letters:
+        m = np.kron(m, _PAULI[letter])
+    return m
+
+
+def _word_product(a: Word, b: Word) -> tuple[complex, Word]:
+    letters = dict(a)
+    phase = 1 + 0j
+    for wire, lb in b:
+        la = letters.get(wire)
+        if la is None:
+            letters[wire] = lb
+        elif la == lb:
+            del letters[wire]
+        else:
+            ph, letters[wire] = _PRODUCT[la, lb]
+            phase *= ph
+    return phase, tuple(sorted(letters.items()))
+
+
+def _real_scalar(value, what: str) -> Array:
+    if isinstance(value, complex) or jnp.iscomplexobj(value):
+        raise TypeError(f"{what}: coefficients must be real (observables are Hermitian), got {value!r}.")
+    value = jnp.asarray(value)
+    if value.shape != ():
+        raise ValueError(f"{what}: expected a scalar coefficient, got shape {value.shape}.")
+    return value.astype(real_dtype())
+
+
+class AbstractObservable(eqx.Module):
+    """A Hermitian operator. Supports `+`, `-`, `*` by real scalars and `@` (tensor product)."""
+
+    @property
+    @abc.abstractmethod
+    def wires(self) -> tuple[int, ...]:
+        """The wires the observable acts on."""
+
+    def __add__(self, other):
+        if isinstance(other, numbers.Number) and other == 0:
+            return as_linear_combination(self)
+        if not isinstance(other, AbstractObservable):
+            return NotImplemented
+        a, b = as_linear_combination(self), as_linear_combination(other)
+        return _simplify(jnp.concatenate([a.coeffs, b.coeffs]), a.terms + b.terms)
+
+    def __radd__(self, other):
+        # Lets `sum(observables)` start from 0.
+        if isinstance(other, numbers.Number) and other == 0:
+            return as_linear_combination(self)
+        return NotImplemented
+
+    def __neg__(self):
+        return -1.0 * self
+
+    def __sub__(self, other):
+        if not isinstance(other, AbstractObservable):
+            return NotImplemented
+        return self + (-1.0) * other
+
+    def __mul__(self, scalar):
+        if isinstance(scalar, AbstractObservable):
+            raise TypeError("Use @ for the tensor product of observables, not *.")
+        lc = as_linear_combination(self)
+        c = _real_scalar(scalar, "Observable * scalar")
+        return LinearCombination(lc.coeffs * c, lc.terms)
+
+    __rmul__ = __mul__
+
+    def __matmul__(self, other):
+        if not isinstance(other, AbstractObservable):
+            return NotImplemented
+        a, b = as_linear_combination(self), as_linear_combination(other)
+        coeffs, terms = [], []
+        for i, ta in enumerate(a.terms):
+            for j, tb in enumerate(b.terms):
+                phase, term = _term_product(ta, tb)
+                coeffs.append(a.coeffs[i] * b.coeffs[j] * phase)
+                terms.append(term)
+        return _simplify(jnp.stack(coeffs), tuple(terms))
+
+
+class PauliWord(AbstractObservable):
+    """A tensor product of Pauli operators, e.g. `PauliWord({0: "Z", 2: "X"})`. Has no leaves."""
+
+    word: Word = eqx.field(static=True)
+
+    def __init__(self, paulis: dict[int, str] | Word = ()):
+        items = paulis.items() if isinstance(paulis, dict) else paulis
+        word = {}
+        for wire, letter in items:
+            if not isinstance(wire, (int, np.integer)) or wire < 0:
+                raise ValueError(f"PauliWord: wires must be non-negative ints, got {wire!r}.")
+            if letter not in ("I", "X", "Y", "Z"):
+                raise ValueError(f"PauliWord: letters must be I, X, Y or Z, got {letter!r}.")
+            if int(wire) in word:
+                raise ValueError(f"PauliWord: wire {wire} appears twice; multiply with @ instead.")
+            if letter != "I":
+                word[int(wire)] = letter
+        self.word = tuple(sorted(word.items()))
+
+    @property
+    def wires(self):
+        return tuple(w for w, _ in self.word)
+
+    def __repr__(self):
+        return " @ ".join(f"{p}({w})" for w, p in self.word) or "I"
+
+
+class Hermitian(AbstractObservable):
+    """A Hermitian matrix on `wires`; its entries are leaves. Checked for hermiticity when concrete."""
+
+    matrix: Array
+    _wires: tuple[int, ...] = eqx.field(static=True)
+
+    def __init__(self, matrix: ArrayLike, wires):
+        self._wires = check_wires("Hermitian", wires, None)
+        matrix = jnp.asarray(matrix)
+        dim = 2 ** len(self._wires)
+        if matrix.shape != (dim, dim):
+            raise ValueError(
+                f"Hermitian(wires={self._wires}): expected a ({dim}, {dim}) matrix, got shape {matrix.shape}."
+            )
+        matrix = matrix.astype(complex_dtype())
+        if is_concrete(matrix):
+            err = float(jnp.max(jnp.abs(matrix - matrix.conj().T)))
+            scale = max(1.0, float(jnp.max(jnp.abs(matrix))))
+            if err > 1e-5 * scale:
+                raise ValueError(
+                    f"Hermitian(wires={self._wires}): the matrix is not Hermitian "
+                    f"(max |M - M^dagger| = {err:.3g})."
+                )
+        self.matrix = matrix
+
+    @property
+    def wires(self):
+        return self._wires
+
+
+class LinearCombination(AbstractObservable):
+    """`sum_k coeffs[k] * terms[k]`, with terms Pauli words or Hermitian matrices.
+
+    Most users build it with arithmetic; `LinearCombination(coeffs, terms)` also works directly.
+    """
+
+    coeffs: Array
+    terms: tuple[PauliWord | Hermitian, ...]
+
+    def __init__(self, coeffs: ArrayLike, terms):
+        terms = tuple(terms)
+        for t in terms:
+            if not isinstance(t, (PauliWord, Hermitian)):
+                raise TypeError(
+                    f"LinearCombination: terms must be PauliWord or Hermitian, got {type(t).__name__}; "
+                    "build sums with + and * instead."
+                )
+        coeffs = jnp.asarray(coeffs)
+        if jnp.iscomplexobj(coeffs):
+            raise TypeError("LinearCombination: coefficients must be real (observables are Hermitian).")
+        if coeffs.shape != (len(terms),):
+            raise ValueError(
+                f"LinearCombination: expected {len(terms)} coefficients (one per term), got shape {coeffs.shape}."
+            )
+        self.coeffs = coeffs.astype(real_dtype())
+        self.terms = terms
+
+    @property
+    def wires(self):
+        return tuple(sorted({w for t in self.terms for w in t.wires}))
+
+    def __repr__(self):
+        parts = []
+        for c, t in zip(self.coeffs, self.terms):
+            cs = f"{float(c):.4g}" if is_concrete(c) else "c"
+            ts = repr(t) if isinstance(t, PauliWord) else f"Hermitian(wires={t.wires})"
+            parts.append(f"{cs} * {ts}")
+        return " + ".join(parts) or "0"
+
+
+def as_linear_combination(obs: AbstractObservable) -> LinearCombination:
+    """Any observable as a `LinearCombination` (Pauli gates become one-term words)."""
+    if isinstance(obs, LinearCombination):
+        return obs
+    if isinstance(obs, (PauliWord, Hermitian)):
+        return LinearCombination(jnp.ones((1,), real_dtype()), (obs,))
+    letter = getattr(obs, "pauli_letter", None)
+    if letter is not None:
+        return LinearCombination(jnp.ones((1,), real_dtype()), (PauliWord({obs.wires[0]: letter}),))
+    raise TypeError(f"{type(obs).__name__} cannot be used as an observable.")
+
+
+def _term_product(a, b) -> tuple[complex, PauliWord | Hermitian]:
+    if isinstance(a, PauliWord) and isinstance(b, PauliWord):
+        phase, word = _word_product(a.word, b.word)
+        if phase.imag != 0:
+            raise ValueError(
+                f"The product {a!r} @ {b!r} is not Hermitian (it equals {phase} * {PauliWord(word)!r}); "
+                "products on a shared wire must commute."
+            )
+        return phase.real, PauliWord(word)
+    overlap = set(a.wires) & set(b.wires)
+    if overlap:
+        raise ValueError(
+            f"@ with a Hermitian matrix needs disjoint wires, but both act on wires {sorted(overlap)}."
+        )
+    if not a.wires:
+        return 1.0, b
+    if not b.wires:
+        return 1.0, a
+    return 1.0, Hermitian(jnp.kron(_dense(a), _dense(b)), a.wires + b.wires)
+
+
+def _dense(term: "PauliWord | Hermitian") -> Array:
+    if isinstance(term, PauliWord):
+        letters = "".join(p for _, p in term.word)
+        return jnp.asarray(pauli_word_matrix(letters), complex_dtype())
+    return term.matrix
+
+
+def _simplify(coeffs: Array, terms) -> LinearCombination:
+    """Merges repeated Pauli words by adding their coefficients."""
+    index: dict = {}
+    keep_coeffs, keep_terms = [], []
+    for c, t in zip(coeffs, terms):
+        key = t.word if isinstance(t, PauliWord) else None
+        if key is not None and key in index:
+            k = index[key]
+            keep_coeffs[k] = keep_coeffs[k] + c
+        else:
+            if key is not None:
+                index[key] = len(keep_terms)
+            keep_coeffs.append(c)
+            keep_terms.append(t)
+    return LinearCombination(jnp.stack(keep_coeffs), tuple(keep_terms))
