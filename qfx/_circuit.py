@@ -132,7 +132,13 @@ class Repeat(AbstractOperation):
         return jax.tree.map(lambda x: x[i], self.body)
 
     def adjoint(self) -> "Repeat":
-        return Repeat(jax.tree.map(lambda x: x[::-1], self.body.inverse()), self.length)
+        # Invert each layer under vmap, so that a nested Repeat sees its own layer axis (not this
+        # block's), then run the layers in reverse order.
+        if jax.tree.leaves(self.body):
+            inverted = eqx.filter_vmap(lambda body: body.inverse())(self.body)
+        else:
+            inverted = self.body.inverse()
+        return Repeat(jax.tree.map(lambda x: x[::-1], inverted), self.length)
 
     def __repr__(self):
         return f"Repeat(length={self.length}, body={self.body!r})"

@@ -213,7 +213,7 @@ class LinearCombination(AbstractObservable):
             cs = f"{float(c):.4g}" if is_concrete(c) else "c"
             ts = repr(t) if isinstance(t, PauliWord) else f"Hermitian(wires={t.wires})"
             parts.append(f"{cs} * {ts}")
-        return " + ".join(parts) or "0"
+        return " + ".join(parts).replace("+ -", "- ") or "0"
 
 
 def as_linear_combination(obs: AbstractObservable) -> LinearCombination:

@@ -1,0 +1,92 @@
+"""Invariants that hold for every circuit: unitarity, inverses, batching, and sampling statistics."""
+
+from hypothesis import given, settings, strategies as st
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import qfx
+from tests import reference as ref
+
+from .strategies import angles, circuits, circuits_and_states, gates
+
+
+@given(gates(num_wires=3))
+def test_every_gate_is_unitary(gate):
+    m = np.asarray(gate.matrix(), dtype=np.complex128)
+    np.testing.assert_allclose(m @ m.conj().T, np.eye(m.shape[0]), atol=1e-5)
+
+
+@given(circuits_and_states())
+def test_norm_is_preserved(circ_psi):
+    circ, psi = circ_psi
+    out = np.asarray(qfx.state(circ, initial_state=psi))
+    assert abs(np.linalg.norm(out) - 1) < 1e-5
+    assert abs(float(jnp.sum(qfx.probs(circ, initial_state=psi))) - 1) < 1e-5
+
+
+@given(circuits_and_states())
+def test_circuit_then_inverse_is_identity(circ_psi):
+    circ, psi = circ_psi
+    out = np.asarray(qfx.state(circ + circ.inverse(), initial_state=psi))
+    np.testing.assert_allclose(out, psi, atol=1e-5)
+
+
+def _perturbed_batch(circ, offsets):
+    """Stacks copies of `circ` whose angles are shifted by `offsets`; unitaries get a global phase."""
+
+    def stack(x):
+        shape = offsets.shape + (1,) * x.ndim
+        o = offsets.reshape(shape)
+        if jnp.iscomplexobj(x):
+            return x * jnp.exp(1j * o.astype(x.dtype))
+        return x + o.astype(x.dtype)
+
+    return jax.tree.map(stack, circ)
+
+
+def _with_parameters(circ):
+    # vmap needs at least one leaf to batch.
+    return len(jax.tree.leaves(circ)) > 0
+
+
+# Batched runs compile more: half the profile's examples.
+_FEWER = settings(max_examples=max(5, settings.default.max_examples // 2))
+
+
+@_FEWER
+@given(circuits(min_wires=2, max_depth=5).filter(_with_parameters), st.lists(angles, min_size=3, max_size=3))
+def test_vmap_equals_loop(circ, offsets):
+    batch = _perturbed_batch(circ, jnp.asarray(offsets, jnp.float32))
+    obs = qfx.Z(0) @ qfx.X(1) + 0.5 * qfx.Y(0)
+    states = jax.vmap(qfx.state)(batch)
+    values = jax.vmap(qfx.expval, (0, None))(batch, obs)
+    matrix = ref.observable_matrix(obs, circ.num_wires)
+    for i in range(3):
+        one = qfx.state(jax.tree.map(lambda x, i=i: x[i], batch))
+        np.testing.assert_allclose(states[i], one, atol=1e-5)
+        expected = np.real(np.conj(one) @ matrix @ np.asarray(one, dtype=np.complex128))
+        np.testing.assert_allclose(values[i], expected, atol=1e-5)
+
+
+@_FEWER
+@given(circuits(max_depth=4).filter(_with_parameters), st.lists(angles, min_size=4, max_size=4))
+def test_nested_vmap_equals_loop(circ, offsets):
+    batch = _perturbed_batch(circ, jnp.asarray(offsets, jnp.float32).reshape(2, 2))
+    states = jax.vmap(jax.vmap(qfx.state))(batch)
+    assert states.shape == (2, 2, 2**circ.num_wires)
+    for i in range(2):
+        for j in range(2):
+            one = jax.tree.map(lambda x, i=i, j=j: x[i, j], batch)
+            np.testing.assert_allclose(states[i, j], qfx.state(one), atol=1e-5)
+
+
+@given(circuits(max_wires=3, max_depth=5), st.integers(0, 2**31 - 1))
+def test_sample_frequencies_converge_to_probs(circ, seed):
+    shots = 4000
+    bits = np.asarray(qfx.sample(circ, key=jax.random.key(seed), shots=shots))
+    n = circ.num_wires
+    freq = np.bincount(bits @ (2 ** np.arange(n - 1, -1, -1)), minlength=2**n) / shots
+    p = ref.probs(circ)
+    # Five binomial standard errors, with a floor for outcomes of probability ~0.
+    np.testing.assert_array_less(np.abs(freq - p), 5 * np.sqrt(p * (1 - p) / shots) + 2e-3)

@@ -1,0 +1,204 @@
+"""Circuits: construction, composition, inverse, drawing, and `Repeat` blocks under `lax.scan`."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import qfx
+
+from . import reference as ref
+from .helpers import central_difference, random_circuit, random_state, tree_allclose
+
+
+def _zero(n):
+    psi = np.zeros(2**n, dtype=complex)
+    psi[0] = 1
+    return psi
+
+
+# --- the Circuit container -----------------------------------------------------------------------
+
+
+def test_num_wires_inferred_or_given():
+    assert qfx.Circuit([qfx.H(0), qfx.CNOT((0, 3))]).num_wires == 4
+    assert qfx.Circuit([qfx.H(0)], num_wires=3).num_wires == 3
+    assert qfx.Circuit().num_wires == 1
+    np.testing.assert_allclose(qfx.state(qfx.Circuit([], num_wires=2)), _zero(2))
+
+
+def test_len_iter_getitem():
+    ops = [qfx.H(0), qfx.RX(0.2, wires=1), qfx.CNOT((1, 0))]
+    circ = qfx.Circuit(ops)
+    assert len(circ) == 3
+    assert list(circ) == ops
+    assert circ[1] == ops[1]
+    assert circ[-1] == ops[2]
+    assert circ.ops == tuple(ops)
+
+
+def test_addition_concatenates():
+    a = qfx.Circuit([qfx.H(0), qfx.RY(0.3, wires=1)])
+    b = qfx.Circuit([qfx.CNOT((1, 2)), qfx.RZ(-0.4, wires=0)])
+    ab = a + b
+    assert ab.num_wires == 3
+    assert list(ab) == list(a) + list(b)
+    expected = ref.final_state(
+        qfx.Circuit(list(b), num_wires=3), ref.final_state(qfx.Circuit(list(a), num_wires=3))
+    )
+    np.testing.assert_allclose(np.asarray(qfx.state(ab)), expected, atol=1e-6)
+
+
+def test_inverse_undoes_circuit():
+    rng = np.random.default_rng(0)
+    circ = random_circuit(rng, 4, 12)
+    inv = circ.inverse()
+    assert len(inv) == len(circ) and inv.num_wires == circ.num_wires
+    assert [op.wires for op in inv] == [op.wires for op in reversed(circ.ops)]
+    np.testing.assert_allclose(ref.circuit_unitary(inv), ref.circuit_unitary(circ).conj().T, atol=1e-5)
+    psi = random_state(rng, 4)
+    np.testing.assert_allclose(np.asarray(qfx.state(circ + inv, initial_state=psi)), psi, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(qfx.state(circ + inv)), _zero(4), atol=1e-5)
+
+
+def test_inverse_keeps_parameter_leaves():
+    circ = qfx.Circuit([qfx.RX(0.3, wires=0), qfx.Rot(0.1, 0.2, 0.3, wires=1), qfx.S(0)])
+    inv = circ.inverse()
+    assert [float(x) for x in jax.tree.leaves(inv)] == pytest.approx([0.1, 0.2, 0.3, 0.3])
+
+
+def test_repr():
+    circ = qfx.Circuit([qfx.H(0), qfx.RX(0.5, wires=1)])
+    assert repr(circ) == "Circuit(num_wires=2, ops=[Hadamard(wires=0), RX(0.5, wires=1)])"
+
+
+def test_draw():
+    circ = qfx.Circuit(
+        [
+            qfx.H(0),
+            qfx.RX(0.5, wires=2),
+            qfx.CNOT((0, 3)),
+            qfx.Controlled(qfx.RY(1.25, wires=1), controls=(2,), control_values=(0,)),
+            qfx.IsingZZ(0.1, wires=(1, 2)),
+            qfx.SWAP((0, 1)),
+        ],
+        num_wires=5,
+    )
+    text = qfx.draw(circ)
+    lines = text.split("\n")
+    assert len(lines) == 5
+    assert [line.split(":")[0] for line in lines] == ["0", "1", "2", "3", "4"]
+    for label in ["Hadamard", "RX(0.50)", "RY(1.25)", "IsingZZ(0.10)", "●", "○", "×"]:
+        assert label in text
+    # The CNOT's target and the vertical wire it crosses.
+    assert "X" in lines[3] and "│" in lines[1]
+    assert set(lines[4][3:]) == {"─"}  # an idle wire
+    assert "RX(0.5000)" in qfx.draw(circ, decimals=4)
+
+
+# --- Repeat --------------------------------------------------------------------------------------
+
+N = 3
+
+
+def _layer(t):
+    return qfx.Circuit(
+        [
+            qfx.RY(t[0], wires=0),
+            qfx.RX(t[1], wires=2),
+            qfx.CNOT((2, 0)),
+            qfx.IsingXY(t[2], wires=(1, 2)),
+            qfx.S(1),
+            qfx.CRZ(t[3], wires=(0, 1)),
+        ],
+        num_wires=N,
+    )
+
+
+def _thetas(seed, layers=4):
+    return jnp.asarray(np.random.default_rng(seed).uniform(-np.pi, np.pi, size=(layers, 4)), jnp.float32)
+
+
+def _repeated(thetas):
+    return qfx.Circuit([qfx.H(0), qfx.repeat(_layer, thetas), qfx.T(2)], num_wires=N)
+
+
+def _unrolled(thetas):
+    ops = [qfx.H(0)] + [op for t in thetas for op in _layer(t).ops] + [qfx.T(2)]
+    return qfx.Circuit(ops, num_wires=N)
+
+
+def test_repeat_builds_stacked_layers():
+    thetas = _thetas(0)
+    block = qfx.repeat(_layer, thetas)
+    assert isinstance(block, qfx.Repeat)
+    assert block.length == 4 and block.wires == (0, 1, 2)
+    assert block.body.ops[0].theta.shape == (4,)
+    assert float(block.layer(2).ops[1].theta) == pytest.approx(float(thetas[2, 1]))
+    # The same block from an explicitly vmapped body; a layer function may also return a list.
+    assert tree_allclose(qfx.Repeat(eqx.filter_vmap(_layer)(thetas)), block)
+    as_list = qfx.repeat(lambda t: list(_layer(t).ops), thetas, num_wires=N)
+    assert tree_allclose(as_list, block)
+
+
+def test_repeat_equals_unrolled_and_reference():
+    thetas = _thetas(1)
+    scanned = qfx.state(_repeated(thetas))
+    np.testing.assert_allclose(np.asarray(scanned), np.asarray(qfx.state(_unrolled(thetas))), atol=1e-6)
+    np.testing.assert_allclose(np.asarray(scanned), ref.final_state(_repeated(thetas)), atol=1e-5)
+
+
+def test_repeat_without_parameters_needs_length():
+    block = qfx.Repeat(qfx.Circuit([qfx.H(0), qfx.CNOT((0, 1))]), length=3)
+    assert block.length == 3
+    circ = qfx.Circuit([qfx.RY(0.3, wires=1), block])
+    np.testing.assert_allclose(np.asarray(qfx.state(circ)), ref.final_state(circ), atol=1e-6)
+
+
+def test_gradient_through_repeat(x64):
+    thetas = _thetas(2, layers=3)
+    obs = qfx.Z(0) @ qfx.X(1) - 0.5 * qfx.Y(2)
+    grad_fn = jax.jit(jax.grad(qfx.expval))
+    circ = _repeated(thetas)
+    grad = grad_fn(circ, obs)
+    assert isinstance(grad.ops[1], qfx.Repeat)
+    assert grad.ops[1].body.ops[0].theta.shape == (3,)
+    expected = central_difference(lambda c: ref.expval(c, obs), circ)
+    assert tree_allclose(grad, expected, rtol=1e-6, atol=1e-8)
+
+
+def test_inverse_of_circuit_with_repeat():
+    circ = _repeated(_thetas(3))
+    inv = circ.inverse()
+    assert isinstance(inv.ops[1], qfx.Repeat)
+    np.testing.assert_allclose(ref.circuit_unitary(inv), ref.circuit_unitary(circ).conj().T, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(qfx.state(circ + inv)), _zero(N), atol=1e-5)
+
+
+def test_nested_repeat_and_its_inverse():
+    def inner(t):
+        return qfx.Circuit([qfx.RX(t, wires=0), qfx.CNOT((0, 1)), qfx.RZ(t, wires=1)])
+
+    def outer(ts):  # ts: (3,) -> an inner block of 3 layers, then one more gate
+        return qfx.Circuit([qfx.repeat(inner, ts), qfx.RY(ts[0], wires=1)])
+
+    block = qfx.repeat(outer, jnp.linspace(-1.0, 2.0, 6).reshape(2, 3))
+    assert block.length == 2 and block.body.ops[0].length == 3
+    circ = qfx.Circuit([qfx.H(1), block])
+    np.testing.assert_allclose(np.asarray(qfx.state(circ)), ref.final_state(circ), atol=1e-5)
+    inv = circ.inverse()
+    np.testing.assert_allclose(ref.circuit_unitary(inv), ref.circuit_unitary(circ).conj().T, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(qfx.state(circ + inv)), _zero(2), atol=1e-5)
+
+
+def test_repeat_repr_and_draw():
+    circ = _repeated(_thetas(4, layers=7))
+    assert "Repeat(length=7" in repr(circ)
+    text = qfx.draw(circ)
+    lines = text.split("\n")
+    assert len(lines) == N
+    # The block is drawn once, with its count.
+    assert text.count("×7") == 1
+    assert text.count("IsingXY") == 2  # once per wire of the one drawn layer
+    assert "Hadamard" in lines[0] and "T" in lines[2]

@@ -1,0 +1,295 @@
+"""Every error message, triggered once: structural mistakes raise at construction, with the fix."""
+
+import re
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import qfx
+
+C2 = qfx.Circuit([qfx.H(0)], num_wires=2)
+
+
+def _stacked(size):
+    return eqx.filter_vmap(lambda t: qfx.Circuit([qfx.RX(t, wires=0)]))(jnp.ones(size))
+
+
+class _NotAnObservableKind(qfx.AbstractObservable):
+    @property
+    def wires(self):
+        return (0,)
+
+
+# (id, thunk, exception type, regex matched against the message)
+CASES = [
+    # --- wires ---
+    (
+        "wire_out_of_range",
+        lambda: qfx.Circuit([qfx.RX(0.1, wires=5)], num_wires=3),
+        ValueError,
+        re.escape("RX(0.1, wires=5) acts on wire 5, but the circuit has 3 wires (0..2); pass num_wires=6"),
+    ),
+    ("duplicate_wires", lambda: qfx.CNOT((1, 1)), ValueError, "cannot act twice on the same wire"),
+    ("negative_wire", lambda: qfx.RX(0.1, wires=-1), ValueError, "wires must be non-negative integers"),
+    (
+        "wrong_wire_count",
+        lambda: qfx.CNOT((0, 1, 2)),
+        ValueError,
+        re.escape("CNOT acts on 2 wire(s), but got wires=(0, 1, 2)"),
+    ),
+    ("no_wires", lambda: qfx.MultiRZ(0.1, wires=()), ValueError, "needs at least one wire"),
+    (
+        "non_int_wires",
+        lambda: qfx.RX(0.1, wires=1.0),
+        TypeError,
+        "wires must be an int or a sequence of ints",
+    ),
+    ("non_int_wire_in_sequence", lambda: qfx.CNOT((0, "a")), TypeError, "wires must be ints, got 'a'"),
+    ("bool_wire", lambda: qfx.CNOT((0, True)), TypeError, "wires must be ints, got True"),
+    # --- angles ---
+    ("complex_angle", lambda: qfx.RX(0.1 + 1j, wires=0), TypeError, "the angle theta must be real"),
+    (
+        "complex_array_angle",
+        lambda: qfx.Rot(0.0, jnp.asarray(1j), 0.0, wires=0),
+        TypeError,
+        "theta must be real",
+    ),
+    (
+        "non_scalar_angle",
+        lambda: qfx.RY(jnp.ones(2), wires=0),
+        ValueError,
+        r"the angle theta must be a scalar, got shape \(2,\).*eqx.filter_vmap",
+    ),
+    # --- matrices ---
+    (
+        "non_unitary",
+        lambda: qfx.QubitUnitary(np.ones((2, 2)), wires=0),
+        ValueError,
+        re.escape("QubitUnitary(wires=(0,)): the matrix is not unitary"),
+    ),
+    (
+        "qubit_unitary_shape",
+        lambda: qfx.QubitUnitary(np.eye(2), wires=(0, 1)),
+        ValueError,
+        re.escape("expected a (4, 4) matrix for 2 wire(s), got shape (2, 2)"),
+    ),
+    (
+        "non_hermitian",
+        lambda: qfx.Hermitian(np.array([[0, 1], [0, 0]]), wires=0),
+        ValueError,
+        "the matrix is not Hermitian",
+    ),
+    (
+        "hermitian_shape",
+        lambda: qfx.Hermitian(np.eye(2), wires=(0, 1)),
+        ValueError,
+        re.escape("Hermitian(wires=(0, 1)): expected a (4, 4) matrix, got shape (2, 2)"),
+    ),
+    # --- gate families ---
+    (
+        "pauli_rot_letters",
+        lambda: qfx.PauliRot(0.1, "XQ", wires=(0, 1)),
+        ValueError,
+        "pauli_word must be a string over 'IXYZ'",
+    ),
+    (
+        "pauli_rot_length",
+        lambda: qfx.PauliRot(0.1, "XX", wires=0),
+        ValueError,
+        "'XX' has 2 letters but wires=\\(0,\\) has 1",
+    ),
+    ("mcx_one_wire", lambda: qfx.MultiControlledX((0,)), ValueError, "needs a control and a target"),
+    (
+        "mcx_control_values",
+        lambda: qfx.MultiControlledX((0, 1, 2), control_values=(1,)),
+        ValueError,
+        re.escape("MultiControlledX: control_values must be 2 values in {0, 1}, got (1,)"),
+    ),
+    (
+        "controlled_overlap",
+        lambda: qfx.Controlled(qfx.RX(0.1, wires=0), controls=(0, 1)),
+        ValueError,
+        re.escape("control wires (0, 1) overlap the wires (0,) of RX on [0]"),
+    ),
+    (
+        "controlled_values",
+        lambda: qfx.Controlled(qfx.X(0), controls=1, control_values=2),
+        ValueError,
+        re.escape("Controlled: control_values must be 1 values in {0, 1}, got (2,)"),
+    ),
+    (
+        "controlled_non_gate",
+        lambda: qfx.Controlled(qfx.Z(0) + qfx.X(0), 1),
+        TypeError,
+        "Controlled: expected a gate",
+    ),
+    ("adjoint_non_gate", lambda: qfx.Adjoint("S"), TypeError, "Adjoint: expected a gate, got str"),
+    # --- observables ---
+    (
+        "non_hermitian_pauli_product",
+        lambda: qfx.X(0) @ qfx.Y(0),
+        ValueError,
+        re.escape("X(0) @ Y(0) is not Hermitian (it equals 1j * Z(0))"),
+    ),
+    ("complex_coefficient", lambda: (1 + 2j) * qfx.X(0), TypeError, "coefficients must be real"),
+    (
+        "complex_coefficients_array",
+        lambda: qfx.LinearCombination(np.array([1j]), [qfx.PauliWord({0: "X"})]),
+        TypeError,
+        "LinearCombination: coefficients must be real",
+    ),
+    ("non_scalar_coefficient", lambda: qfx.X(0) * jnp.ones(2), ValueError, "expected a scalar coefficient"),
+    ("observable_times_observable", lambda: qfx.X(0) * qfx.X(1), TypeError, "Use @ for the tensor product"),
+    (
+        "coefficient_count",
+        lambda: qfx.LinearCombination(np.ones(2), [qfx.PauliWord({0: "X"})]),
+        ValueError,
+        re.escape("expected 1 coefficients (one per term), got shape (2,)"),
+    ),
+    (
+        "linear_combination_terms",
+        lambda: qfx.LinearCombination(np.ones(1), [qfx.X(0)]),
+        TypeError,
+        "terms must be PauliWord or Hermitian, got PauliX",
+    ),
+    (
+        "hermitian_product_overlap",
+        lambda: qfx.Hermitian(np.eye(2), 0) @ qfx.Hermitian(np.eye(2), 0),
+        ValueError,
+        "needs disjoint wires",
+    ),
+    (
+        "pauli_word_letter",
+        lambda: qfx.PauliWord({0: "Q"}),
+        ValueError,
+        "letters must be I, X, Y or Z, got 'Q'",
+    ),
+    (
+        "pauli_word_wire",
+        lambda: qfx.PauliWord({-1: "X"}),
+        ValueError,
+        "wires must be non-negative ints, got -1",
+    ),
+    (
+        "pauli_word_twice",
+        lambda: qfx.PauliWord([(0, "X"), (0, "Y")]),
+        ValueError,
+        "wire 0 appears twice; multiply with @ instead",
+    ),
+    (
+        "unknown_observable_kind",
+        lambda: _NotAnObservableKind() + qfx.Z(0),
+        TypeError,
+        "_NotAnObservableKind cannot be used as an observable",
+    ),
+    # --- circuits and Repeat ---
+    (
+        "circuit_non_op",
+        lambda: qfx.Circuit([qfx.H(0), "H"]),
+        TypeError,
+        "operation 1 is a str, not a qfx operation",
+    ),
+    (
+        "circuit_in_circuit",
+        lambda: qfx.Circuit([C2]),
+        TypeError,
+        "operation 0 is a Circuit; concatenate circuits",
+    ),
+    (
+        "num_wires",
+        lambda: qfx.Circuit([qfx.H(0)], num_wires=0),
+        ValueError,
+        "num_wires must be a positive int",
+    ),
+    (
+        "repeat_without_leading_axis",
+        lambda: qfx.Repeat(qfx.Circuit([qfx.RX(0.1, wires=0)])),
+        ValueError,
+        "every leaf of the body needs a leading layer axis",
+    ),
+    (
+        "repeat_length_mismatch",
+        lambda: qfx.Repeat(_stacked(3), length=2),
+        ValueError,
+        "length=2, but the body's leaves stack 3 layers",
+    ),
+    (
+        "repeat_ragged",
+        lambda: qfx.Repeat(_stacked(3) + _stacked(2)),
+        ValueError,
+        re.escape("the body's leaves have different leading sizes [2, 3]"),
+    ),
+    (
+        "repeat_without_length",
+        lambda: qfx.Repeat(qfx.Circuit([qfx.H(0)])),
+        ValueError,
+        "pass length= \\(a non-negative int\\) for a body with no parameters, got None",
+    ),
+    ("repeat_body", lambda: qfx.Repeat([qfx.H(0)], length=2), TypeError, "body must be a Circuit, got list"),
+    # --- measurements ---
+    ("not_a_circuit", lambda: qfx.expval([qfx.H(0)], qfx.Z(0)), TypeError, "expected a qfx.Circuit"),
+    ("wrong_diff", lambda: qfx.probs(C2, diff="adjoint"), TypeError, "diff must be a qfx.diff method"),
+    ("not_an_observable", lambda: qfx.expval(C2, "Z0"), TypeError, "expected an observable"),
+    (
+        "observable_on_missing_wire",
+        lambda: qfx.var(C2, qfx.Z(3)),
+        ValueError,
+        re.escape("acts on wire 3, but the circuit has 2 wires (0..1); pass num_wires=4 to the Circuit"),
+    ),
+    (
+        "measured_wires_out_of_range",
+        lambda: qfx.probs(C2, wires=(5,)),
+        ValueError,
+        re.escape("qfx.probs(wires=(5,)) acts on wire 5"),
+    ),
+    (
+        "measured_wires_duplicate",
+        lambda: qfx.density_matrix(C2, wires=(0, 0)),
+        ValueError,
+        "wires must be distinct non-negative ints",
+    ),
+    (
+        "state_length",
+        lambda: qfx.state(C2, initial_state=np.ones(3) / np.sqrt(3)),
+        ValueError,
+        re.escape("initial_state: expected shape (4,) for 2 wires, got (3,)"),
+    ),
+    (
+        "state_unnormalised",
+        lambda: qfx.state(C2, initial_state=np.ones(4)),
+        ValueError,
+        "initial_state is not normalised: its squared norm is 4",
+    ),
+    (
+        "state_too_big",
+        lambda: qfx.state(qfx.Circuit([qfx.H(0)], num_wires=60)),
+        ValueError,
+        r"A 60-wire state vector needs 8\.0 EiB .* Use fewer wires",
+    ),
+    ("shots_without_key", lambda: qfx.expval(C2, qfx.Z(0), shots=10), ValueError, "needs a PRNG key"),
+    (
+        "bad_shots",
+        lambda: qfx.sample(C2, key=jax.random.key(0), shots=0),
+        ValueError,
+        "shots must be a positive int",
+    ),
+]
+
+
+@pytest.mark.parametrize(("thunk", "error", "match"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_error(thunk, error, match):
+    with pytest.raises(error, match=match):
+        thunk()
+
+
+def test_unnormalised_state_under_jit():
+    """Traced states are checked at run time with eqx.error_if."""
+    run = eqx.filter_jit(lambda psi: qfx.state(C2, initial_state=psi))
+    np.testing.assert_allclose(
+        run(jnp.asarray([0, 1, 0, 0], jnp.complex64)), [0, 0.5**0.5, 0, 0.5**0.5], atol=1e-6
+    )
+    with pytest.raises(eqx.EquinoxRuntimeError, match="initial_state is not normalised"):
+        run(jnp.ones(4, jnp.complex64))

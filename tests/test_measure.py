@@ -1,0 +1,323 @@
+"""Measurements against the dense reference: values, gradients by backprop, and sampling."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import qfx
+
+from . import reference as ref
+from .helpers import (
+    ANGLE_GATES,
+    central_difference,
+    random_circuit,
+    random_state,
+    random_unitary,
+    tree_allclose,
+)
+
+N = 4
+# (atol for values, dtype) per precision; x64 must be on before the circuit is built.
+PRECISION = {"complex64": 1e-5, "complex128": 1e-10}
+
+
+@pytest.fixture(params=sorted(PRECISION))
+def precision(request):
+    """Runs a test in complex64, then in complex128 (x64); yields the tolerance."""
+    if request.param == "complex64":
+        yield PRECISION["complex64"]
+    else:
+        request.getfixturevalue("x64")
+        yield PRECISION["complex128"]
+
+
+def _herm(rng, dim):
+    a = random_unitary(rng, dim) * rng.uniform(0.5, 1.5)
+    return a + a.conj().T
+
+
+def _observables(rng):
+    """Pauli sums with X/Y/Z words, Hermitian terms, and products, on N wires."""
+    h2, h1 = _herm(rng, 4), _herm(rng, 2)
+    return [
+        0.5 * qfx.X(0) @ qfx.Y(2) - 0.3 * qfx.Z(1) + 0.2 * qfx.Y(3) @ qfx.Z(0) @ qfx.X(1),
+        0.7 * qfx.Hermitian(h2, wires=(3, 1)) - 0.4 * qfx.X(2),
+        qfx.Hermitian(h1, wires=2) @ qfx.Z(0) @ qfx.Y(3),
+        qfx.Y(1),
+        qfx.PauliWord({0: "X", 1: "X", 2: "Y", 3: "Z"}),
+        1.5 * qfx.I(0) - qfx.Z(3),
+    ]
+
+
+PROBS_WIRES = [None, (2, 0), (1, 3, 0)]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_random_circuit_matches_reference(seed, precision):
+    rng = np.random.default_rng(seed)
+    circ = random_circuit(rng, N, 14)
+    observables = _observables(rng)
+    tol = precision
+
+    @jax.jit  # one compilation for all the measurements of this circuit
+    def measure(c):
+        probs = [qfx.probs(c, w) for w in PROBS_WIRES]
+        dms = [qfx.density_matrix(c, w) for w in PROBS_WIRES]
+        return qfx.state(c), probs, dms, qfx.expval(c, observables), qfx.var(c, observables)
+
+    psi, probs, dms, values, variances = measure(circ)
+    assert psi.dtype == (jnp.complex64 if tol > 1e-8 else jnp.complex128)
+    np.testing.assert_allclose(np.asarray(psi), ref.final_state(circ), atol=tol)
+    for wires, p, dm in zip(PROBS_WIRES, probs, dms, strict=True):
+        np.testing.assert_allclose(np.asarray(p), ref.probs(circ, wires), atol=tol)
+        dm_wires = tuple(range(N)) if wires is None else wires
+        np.testing.assert_allclose(np.asarray(dm), ref.density_matrix(circ, dm_wires), atol=tol)
+    assert values.shape == variances.shape == (len(observables),)
+    for obs, value, variance in zip(observables, values, variances, strict=True):
+        # The observables' norms reach ~5: scale the tolerance.
+        np.testing.assert_allclose(float(value), ref.expval(circ, obs), atol=5 * tol)
+        np.testing.assert_allclose(float(variance), ref.var(circ, obs), atol=20 * tol)
+
+
+def test_eager_single_observable_matches_reference():
+    rng = np.random.default_rng(1)
+    circ = random_circuit(rng, N, 10)
+    obs = _observables(rng)[0]
+    value = qfx.expval(circ, obs)
+    assert value.shape == () and value.dtype == jnp.float32
+    np.testing.assert_allclose(float(value), ref.expval(circ, obs), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(qfx.state(circ)), ref.final_state(circ), atol=1e-5)
+
+
+def test_initial_state_matches_reference(precision):
+    rng = np.random.default_rng(2)
+    circ = random_circuit(rng, 3, 8)
+    psi0 = random_state(rng, 3)
+    obs = qfx.X(0) @ qfx.Z(2) + 0.5 * qfx.Y(1)
+    np.testing.assert_allclose(
+        np.asarray(qfx.state(circ, initial_state=psi0)), ref.final_state(circ, psi0), atol=precision
+    )
+    np.testing.assert_allclose(
+        np.asarray(qfx.probs(circ, (2, 1), initial_state=psi0)), ref.probs(circ, (2, 1), psi0), atol=precision
+    )
+    np.testing.assert_allclose(
+        float(qfx.expval(circ, obs, initial_state=psi0)), ref.expval(circ, obs, psi0), atol=2 * precision
+    )
+    np.testing.assert_allclose(
+        float(qfx.var(circ, obs, initial_state=psi0)), ref.var(circ, obs, psi0), atol=5 * precision
+    )
+
+
+@pytest.mark.parametrize("t", [-1.3, 0.0, 0.8])
+def test_analytic_values(t):
+    circ = qfx.Circuit([qfx.RX(t, wires=0), qfx.H(1), qfx.CNOT(wires=(1, 2))])
+    np.testing.assert_allclose(qfx.var(circ, qfx.Z(0)), np.sin(t) ** 2, atol=1e-6)
+    np.testing.assert_allclose(qfx.probs(circ, 0), [np.cos(t / 2) ** 2, np.sin(t / 2) ** 2], atol=1e-6)
+    # Wires 1 and 2 hold a Bell pair: each one alone is maximally mixed.
+    np.testing.assert_allclose(qfx.density_matrix(circ, 2), np.eye(2) / 2, atol=1e-6)
+    np.testing.assert_allclose(qfx.probs(circ, (2, 1)), [0.5, 0, 0, 0.5], atol=1e-6)
+
+
+# --- gradients by backprop -----------------------------------------------------------------------
+
+
+def _grad_setup(seed, n=3, depth=6):
+    rng = np.random.default_rng(seed)
+    circ = random_circuit(rng, n, depth, ANGLE_GATES)
+    terms = [
+        qfx.X(0) @ qfx.Y(n - 1),
+        qfx.Z(1),
+        qfx.Hermitian(_herm(rng, 2), wires=n - 1),
+        qfx.Y(0) @ qfx.Y(1),
+    ]
+    obs = 0.5 * terms[0] - 0.8 * terms[1] + 0.3 * terms[2] + 1.2 * terms[3]
+    return rng, circ, terms, obs
+
+
+def test_grad_matches_finite_differences(x64):
+    _, circ, terms, obs = _grad_setup(3)
+    grad, grad_obs = jax.jit(jax.grad(qfx.expval, argnums=(0, 1)))(circ, obs)
+    assert isinstance(grad, qfx.Circuit)
+    expected = central_difference(lambda c: ref.expval(c, obs), circ)
+    assert tree_allclose(grad, expected, rtol=1e-6, atol=1e-8)
+    # The gradient w.r.t. the observable: expval is linear in each coefficient, whose derivative is
+    # the value of its term.
+    assert isinstance(grad_obs, qfx.LinearCombination)
+    np.testing.assert_allclose(np.asarray(grad_obs.coeffs), [ref.expval(circ, t) for t in terms], atol=1e-10)
+
+
+def test_grad_of_var_matches_finite_differences(x64):
+    _, circ, _, obs = _grad_setup(3)
+    grad = jax.jit(jax.grad(qfx.var))(circ, obs)
+    expected = central_difference(lambda c: ref.var(c, obs), circ)
+    assert tree_allclose(grad, expected, rtol=1e-6, atol=1e-8)
+
+
+def test_grad_float32_close_to_finite_differences():
+    _, circ, _, obs = _grad_setup(4, depth=4)
+    grad = jax.jit(jax.grad(qfx.expval))(circ, obs)
+    assert all(leaf.dtype == jnp.float32 for leaf in jax.tree.leaves(grad))
+    expected = central_difference(lambda c: ref.expval(c, obs), circ)
+    assert tree_allclose(grad, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_jacobian_of_list_of_observables(x64):
+    _, circ, terms, obs = _grad_setup(5, depth=5)
+    observables = [obs, terms[0], qfx.X(0) @ qfx.X(1)]
+    jac = jax.jit(jax.jacobian(qfx.expval))(circ, observables)
+    assert isinstance(jac, qfx.Circuit)
+    for i, o in enumerate(observables):
+        row = jax.tree.map(lambda x, i=i: x[i], jac)
+        expected = central_difference(lambda c, o=o: ref.expval(c, o), circ)
+        assert tree_allclose(row, expected, rtol=1e-6, atol=1e-8)
+
+
+def test_hessian_matches_finite_differences_of_gradient(x64):
+    circ = qfx.Circuit([qfx.RX(0.4, wires=0), qfx.CRY(-0.7, wires=(0, 1)), qfx.RZ(1.1, wires=1), qfx.H(1)])
+    obs = qfx.Z(0) @ qfx.X(1) + 0.4 * qfx.Y(1)
+    hess = jax.jit(jax.hessian(qfx.expval))(circ, obs)
+    leaves, treedef = jax.tree.flatten(circ)
+    grad_fn = jax.jit(jax.grad(qfx.expval))
+
+    def grad_vector(values):
+        c = jax.tree.unflatten(treedef, [jnp.asarray(v) for v in values])
+        return np.array([float(g) for g in jax.tree.leaves(grad_fn(c, obs))])
+
+    x = np.array([float(v) for v in leaves])
+    eps = 1e-5
+    fd = np.stack([(grad_vector(x + eps * e) - grad_vector(x - eps * e)) / (2 * eps) for e in np.eye(len(x))])
+    # hessian(f)(c) is a circuit of circuits: outer leaf i, inner leaf j holds d2f / dx_i dx_j.
+    h = np.array([float(v) for v in jax.tree.leaves(hess)]).reshape(len(x), len(x))
+    assert np.abs(h).max() > 0.1
+    np.testing.assert_allclose(h, fd, atol=1e-7)
+    np.testing.assert_allclose(h, h.T, atol=1e-12)
+
+
+def _complex_finite_difference(f, z, eps=1e-6):
+    """(df/dRe z, df/dIm z) entrywise, by central differences."""
+    d_re, d_im = np.zeros(z.shape), np.zeros(z.shape)
+    for idx in np.ndindex(z.shape):
+        e = np.zeros(z.shape)
+        e[idx] = eps
+        d_re[idx] = (f(z + e) - f(z - e)) / (2 * eps)
+        d_im[idx] = (f(z + 1j * e) - f(z - 1j * e)) / (2 * eps)
+    return d_re, d_im
+
+
+def test_grad_wrt_qubit_unitary_entries(x64):
+    """JAX's convention for a real f of a complex z: grad f = df/dRe z - i df/dIm z (the conjugate of
+    the usual Wirtinger-style gradient), so a gradient step z - lr * grad f descends."""
+    rng = np.random.default_rng(7)
+    u = random_unitary(rng, 4)
+    obs = qfx.X(0) @ qfx.Z(2) - 0.6 * qfx.Y(1)
+
+    def build(matrix):
+        gate = qfx.QubitUnitary(np.eye(4), wires=(2, 0))
+        circ = qfx.Circuit([qfx.H(0), qfx.RY(0.4, wires=1), gate, qfx.CNOT((0, 1))], num_wires=3)
+        return eqx.tree_at(lambda c: c.ops[2].U, circ, jnp.asarray(matrix))
+
+    grad = jax.jit(jax.grad(qfx.expval))(build(u), obs).ops[2].U
+    # The reference takes any matrix, so perturbations off the unitary group are fine there.
+    d_re, d_im = _complex_finite_difference(lambda m: ref.expval(build(m), obs), u)
+    np.testing.assert_allclose(np.asarray(grad), d_re - 1j * d_im, atol=1e-8)
+
+
+def test_grad_wrt_initial_state(x64):
+    rng, circ, _, obs = _grad_setup(3)
+    psi = random_state(rng, 3)
+    grad = jax.jit(jax.grad(lambda p: qfx.expval(circ, obs, initial_state=p)))(jnp.asarray(psi))
+    d_re, d_im = _complex_finite_difference(lambda p: ref.expval(circ, obs, initial_state=p), psi)
+    np.testing.assert_allclose(np.asarray(grad), d_re - 1j * d_im, atol=1e-8)
+
+
+def test_grad_of_probs_and_density_matrix(x64):
+    _, circ, _, _ = _grad_setup(9)
+
+    def f(c):
+        return qfx.probs(c, (2, 0))[1] + jnp.real(qfx.density_matrix(c, (1, 2))[1, 2])
+
+    def f_ref(c):
+        return ref.probs(c, (2, 0))[1] + np.real(ref.density_matrix(c, (1, 2))[1, 2])
+
+    grad = jax.jit(jax.grad(f))(circ)
+    assert tree_allclose(grad, central_difference(f_ref, circ), rtol=1e-6, atol=1e-8)
+
+
+# --- sampling ------------------------------------------------------------------------------------
+
+# One compilation per (shots, wires), shared by the tests below.
+_sample = jax.jit(qfx.sample, static_argnames=("shots", "wires"))
+
+
+def _sample_circuit():
+    return qfx.Circuit(
+        [qfx.RY(1.1, wires=0), qfx.RX(-0.7, wires=1), qfx.CNOT((0, 2)), qfx.RY(0.5, wires=2), qfx.H(3)]
+    )
+
+
+def test_sample_shape_dtype_and_determinism():
+    circ = _sample_circuit()
+    s = qfx.sample(circ, key=jax.random.key(0), shots=50)
+    assert s.shape == (50, 4) and s.dtype == jnp.int32
+    assert set(np.unique(np.asarray(s))) <= {0, 1}
+    np.testing.assert_array_equal(s, _sample(circ, key=jax.random.key(0), shots=50))
+    assert not np.array_equal(s, _sample(circ, key=jax.random.key(1), shots=50))
+    sub = _sample(circ, key=jax.random.key(0), shots=50, wires=(2, 0))
+    assert sub.shape == (50, 2) and sub.dtype == jnp.int32
+    assert _sample(circ, key=jax.random.key(0), shots=50, wires=1).shape == (50, 1)
+
+
+def test_sample_vmap_over_keys_equals_loop():
+    circ = _sample_circuit()
+    keys = jax.random.split(jax.random.key(3), 4)
+    batched = jax.jit(jax.vmap(lambda k: qfx.sample(circ, key=k, shots=50)))(keys)
+    assert batched.shape == (4, 50, 4)
+    for b, k in zip(batched, keys, strict=True):
+        np.testing.assert_array_equal(b, _sample(circ, key=k, shots=50))
+    # Independent batches, not copies of one.
+    assert not np.array_equal(batched[0], batched[1])
+
+
+@pytest.mark.parametrize("wires", [None, (2, 0)])
+def test_sample_frequencies_converge_to_probs(wires):
+    circ = _sample_circuit()
+    shots = 20_000
+    bits = np.asarray(_sample(circ, key=jax.random.key(4), shots=shots, wires=wires))
+    k = bits.shape[1]
+    index = bits @ (2 ** np.arange(k - 1, -1, -1))  # the first wire is the most significant bit
+    freq = np.bincount(index, minlength=2**k) / shots
+    p = ref.probs(circ, wires)
+    # Five standard errors of a binomial frequency (plus a floor for p close to 0).
+    np.testing.assert_array_less(np.abs(freq - p), 5 * np.sqrt(p * (1 - p) / shots) + 1e-3)
+
+
+def test_shot_expval_within_five_sigma():
+    circ = _sample_circuit()
+    rng = np.random.default_rng(10)
+    terms = [qfx.Z(0) @ qfx.Z(2), qfx.X(3) @ qfx.Y(1), qfx.Hermitian(_herm(rng, 2), wires=1)]
+    coeffs = [0.7, -0.4, 0.5]
+    obs = sum(c * t for c, t in zip(coeffs, terms, strict=True))
+    shots = 4000
+    estimate_fn = jax.jit(qfx.expval, static_argnames="shots")
+    estimate = float(estimate_fn(circ, obs, shots=shots, key=jax.random.key(5)))
+    exact = ref.expval(circ, obs)
+    # Every term is measured with its own shots: the variances add.
+    sigma = np.sqrt(sum(c**2 * ref.var(circ, t) for c, t in zip(coeffs, terms, strict=True)) / shots)
+    assert sigma > 0.005
+    assert abs(estimate - exact) < 5 * sigma
+    # Shot noise is real: another key gives another estimate.
+    assert float(estimate_fn(circ, obs, shots=shots, key=jax.random.key(6))) != estimate
+
+
+def test_backprop_through_shots_raises():
+    circ = qfx.Circuit([qfx.RY(0.3, wires=0)])
+    with pytest.raises(ValueError, match="cannot be differentiated"):
+        jax.grad(lambda c: qfx.expval(c, qfx.Z(0), shots=10, key=jax.random.key(0)))(circ)
+    # Coefficients are not sampled: the estimate stays differentiable in them.
+    obs = 0.5 * qfx.Z(0)
+    grad = jax.jit(jax.grad(lambda o: qfx.expval(circ, o, shots=200, key=jax.random.key(0))))(obs)
+    np.testing.assert_allclose(
+        float(grad.coeffs[0]), float(qfx.expval(circ, qfx.Z(0), shots=200, key=jax.random.key(0)))
+    )

@@ -1,0 +1,134 @@
+"""Observables: arithmetic, simplification, leaves, and values against matrices built here with np.kron."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import qfx
+
+from . import reference as ref
+from .helpers import random_state, random_unitary
+
+I2, X, Y, Z = ref.I2, ref.X, ref.Y, ref.Z
+N = 3
+
+
+def kron(*mats):
+    out = np.eye(1)
+    for m in mats:
+        out = np.kron(out, m)
+    return out
+
+
+def _herm(rng, dim):
+    a = random_unitary(rng, dim)
+    return a + a.conj().T
+
+
+@pytest.fixture(scope="module")
+def psi():
+    return random_state(np.random.default_rng(0), N)
+
+
+def _value(obs, psi):
+    """<psi|O|psi> by qfx, from `psi` as the initial state of an empty circuit."""
+    return float(qfx.expval(qfx.Circuit([], num_wires=N), obs, initial_state=psi))
+
+
+def _dense_value(matrix, psi):
+    return float(np.real(psi.conj() @ matrix @ psi))
+
+
+def _on_wires_2_0(h):
+    """The 8x8 operator of a two-wire matrix whose first factor acts on wire 2 and second on wire 0."""
+    full = np.zeros((8, 8), dtype=complex)
+    for row in range(8):
+        for col in range(8):
+            r0, r1, r2 = (row >> 2) & 1, (row >> 1) & 1, row & 1
+            c0, c1, c2 = (col >> 2) & 1, (col >> 1) & 1, col & 1
+            if r1 == c1:
+                full[row, col] = h[2 * r2 + r0, 2 * c2 + c0]
+    return full
+
+
+def test_values_match_kron_matrices(psi):
+    rng = np.random.default_rng(1)
+    h1, h2 = _herm(rng, 2), _herm(rng, 4)
+    cases = [
+        (qfx.Z(1), kron(I2, Z, I2)),
+        (qfx.X(0) @ qfx.Y(2), kron(X, I2, Y)),
+        (qfx.Y(2) @ qfx.X(0), kron(X, I2, Y)),  # @ of commuting factors: order is irrelevant
+        (0.5 * qfx.Z(0) @ qfx.Z(1) - 0.2 * qfx.X(0), 0.5 * kron(Z, Z, I2) - 0.2 * kron(X, I2, I2)),
+        (-qfx.Y(1) + 3.0 * qfx.I(0), -kron(I2, Y, I2) + 3.0 * np.eye(8)),
+        (qfx.PauliWord({2: "X", 0: "Z", 1: "I"}), kron(Z, I2, X)),
+        (qfx.Hermitian(h1, wires=1), kron(I2, h1, I2)),
+        (qfx.Hermitian(h2, wires=(2, 0)), _on_wires_2_0(h2)),
+        (qfx.Hermitian(h1, wires=2) @ qfx.X(0), kron(X, I2, h1)),
+        (2.0 * (qfx.Z(0) + qfx.X(1)) @ qfx.Z(2), 2.0 * (kron(Z, I2, Z) + kron(I2, X, Z))),
+        (sum([qfx.Z(0), qfx.Z(1), qfx.Z(2)]), kron(Z, I2, I2) + kron(I2, Z, I2) + kron(I2, I2, Z)),
+        (qfx.X(1) * 0.25, 0.25 * kron(I2, X, I2)),
+        (jnp.asarray(0.7) * qfx.Y(0), 0.7 * kron(Y, I2, I2)),
+    ]
+    for obs, matrix in cases:
+        assert _value(obs, psi) == pytest.approx(_dense_value(matrix, psi), abs=2e-5), obs
+
+
+def test_a_list_of_observables(psi):
+    values = qfx.expval(qfx.Circuit([], num_wires=N), [qfx.Z(0), qfx.X(1) @ qfx.X(2)], initial_state=psi)
+    assert values.shape == (2,)
+    np.testing.assert_allclose(
+        values, [_dense_value(kron(Z, I2, I2), psi), _dense_value(kron(I2, X, X), psi)], atol=2e-5
+    )
+
+
+def test_products_on_a_shared_wire_simplify():
+    same = qfx.Z(0) @ qfx.Z(0)
+    assert isinstance(same, qfx.LinearCombination)
+    assert same.terms == (qfx.PauliWord(),) and float(same.coeffs[0]) == 1.0
+    # (X0 Z1)(X0 Z1) = I, and (X0 Y1)(Y0 X1): the X0 Y0 and Y1 X1 phases (i and -i) cancel.
+    prod = (qfx.X(0) @ qfx.Y(1)) @ (qfx.Y(0) @ qfx.X(1))
+    assert prod.terms == (qfx.PauliWord({0: "Z", 1: "Z"}),)
+    assert float(prod.coeffs[0]) == pytest.approx(1.0)
+    np.testing.assert_allclose(kron(X, Y) @ kron(Y, X), kron(Z, Z))
+
+
+def test_repeated_words_merge():
+    h = 0.5 * qfx.Z(0) @ qfx.Z(1) + 0.25 * qfx.Z(1) @ qfx.Z(0) - qfx.X(2)
+    assert len(h.terms) == 2
+    np.testing.assert_allclose(h.coeffs, [0.75, -1.0])
+    assert h.wires == (0, 1, 2)
+
+
+def test_coefficients_are_leaves_and_words_are_static():
+    h = 0.5 * qfx.Z(0) + 0.2 * qfx.X(1) @ qfx.Y(2) + qfx.Hermitian(np.eye(2), wires=0)
+    leaves = jax.tree.leaves(h)
+    assert len(leaves) == 2  # the coefficients, and the Hermitian matrix
+    assert leaves[0].shape == (3,) and leaves[0].dtype == jnp.float32
+    assert leaves[1].dtype == jnp.complex64
+    assert jax.tree.leaves(qfx.PauliWord({0: "X"})) == []
+    assert jax.tree.leaves(qfx.Z(0)) == []
+    # Same words, other coefficients: the same structure (one compilation).
+    other = 1.5 * qfx.Z(0) - 0.3 * qfx.X(1) @ qfx.Y(2) + qfx.Hermitian(np.diag([1.0, 2.0]), wires=0)
+    assert jax.tree.structure(h) == jax.tree.structure(other)
+
+
+def test_linear_combination_constructor():
+    lc = qfx.LinearCombination([0.5, -1.0], [qfx.PauliWord({0: "X"}), qfx.PauliWord({1: "Z"})])
+    assert lc.wires == (0, 1)
+    psi = random_state(np.random.default_rng(2), 2)
+    value = float(qfx.expval(qfx.Circuit([], num_wires=2), lc, initial_state=psi))
+    assert value == pytest.approx(_dense_value(0.5 * kron(X, I2) - kron(I2, Z), psi), abs=2e-5)
+
+
+def test_repr():
+    assert repr(qfx.PauliWord({2: "X", 0: "Z"})) == "Z(0) @ X(2)"
+    assert repr(qfx.PauliWord()) == "I"
+    assert repr(0.5 * qfx.Z(0) @ qfx.Z(1)) == "0.5 * Z(0) @ Z(1)"
+    assert "Hermitian(wires=(1,))" in repr(2.0 * qfx.Hermitian(np.eye(2), wires=1))
+
+
+def test_dtypes_follow_x64(x64):
+    h = 0.5 * qfx.Z(0) + qfx.Hermitian(np.eye(2), wires=1)
+    assert h.coeffs.dtype == jnp.float64
+    assert h.terms[1].matrix.dtype == jnp.complex128

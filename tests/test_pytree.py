@@ -1,0 +1,166 @@
+"""Circuits as pytrees: vmap, jit without recompiling, tree_at, serialisation, Optax."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import qfx
+
+from . import reference as ref
+from .helpers import tree_allclose
+
+N = 3
+H = qfx.Z(0) @ qfx.Z(1) + 0.5 * qfx.X(0) - 0.8 * qfx.Y(2) @ qfx.X(1)
+
+
+def make_circuit(theta):
+    """One structure, three parameters: `theta` has shape (3,)."""
+    return qfx.Circuit(
+        [
+            qfx.RY(theta[0], wires=0),
+            qfx.H(1),
+            qfx.CRX(theta[1], wires=(0, 2)),
+            qfx.CNOT((1, 0)),
+            qfx.Rot(theta[2], theta[0], -theta[1], wires=2),
+        ],
+        num_wires=N,
+    )
+
+
+def _thetas(*shape, seed=0):
+    rng = np.random.default_rng(seed)
+    return jnp.asarray(rng.uniform(-np.pi, np.pi, size=(*shape, 3)), jnp.float32)
+
+
+# Shared by the tests below: every call has make_circuit's structure, so it compiles once.
+_expval = jax.jit(qfx.expval)
+_grad = jax.jit(jax.grad(qfx.expval))
+
+
+def test_jit_matches_eager_and_reference():
+    circ = make_circuit(_thetas(seed=1))
+    value = _expval(circ, H)
+    assert float(value) == pytest.approx(float(qfx.expval(circ, H)), abs=1e-6)
+    assert float(value) == pytest.approx(ref.expval(circ, H), abs=1e-5)
+
+
+def test_new_parameter_values_do_not_recompile():
+    traces = []
+
+    @jax.jit
+    def energy(circ, obs):
+        traces.append(None)  # a Python side effect: runs once per trace
+        return qfx.expval(circ, obs)
+
+    for theta in _thetas(4, seed=2):
+        energy(make_circuit(theta), H)
+    # New coefficients (same words) do not recompile either.
+    energy(
+        make_circuit(_thetas(seed=3)), 2.0 * qfx.Z(0) @ qfx.Z(1) - 0.1 * qfx.X(0) + 0.3 * qfx.Y(2) @ qfx.X(1)
+    )
+    assert len(traces) == 1
+    assert energy._cache_size() == 1
+    # A different structure is a different program: the counter does see recompilations.
+    energy(qfx.Circuit([qfx.RX(0.1, wires=0)], num_wires=N), H)
+    assert len(traces) == 2
+
+
+def test_grad_is_circuit_shaped():
+    circ = make_circuit(_thetas(seed=4))
+    grad = _grad(circ, H)
+    assert isinstance(grad, qfx.Circuit)
+    assert jax.tree.structure(grad) == jax.tree.structure(circ)
+    assert [op.wires for op in grad] == [op.wires for op in circ]
+
+
+def test_vmap_over_circuits_equals_loop():
+    thetas = _thetas(5, seed=5)
+    batch = eqx.filter_vmap(make_circuit)(thetas)
+    assert batch.ops[0].theta.shape == (5,)
+    values = jax.vmap(qfx.expval, (0, None))(batch, H)
+    assert values.shape == (5,)
+    np.testing.assert_allclose(values, [_expval(make_circuit(t), H) for t in thetas], atol=1e-6)
+    np.testing.assert_allclose(values, [ref.expval(make_circuit(t), H) for t in thetas], atol=1e-5)
+
+
+def test_nested_vmap_equals_loop():
+    thetas = _thetas(2, 3, seed=6)
+    batch = eqx.filter_vmap(eqx.filter_vmap(make_circuit))(thetas)
+    values = jax.jit(jax.vmap(jax.vmap(qfx.expval, (0, None)), (0, None)))(batch, H)
+    assert values.shape == (2, 3)
+    loop = [[_expval(make_circuit(t), H) for t in row] for row in thetas]
+    np.testing.assert_allclose(values, loop, atol=1e-6)
+
+
+def test_vmap_over_observable_coefficients():
+    circ = make_circuit(_thetas(seed=7))
+    coeffs = jnp.asarray([[1.0, 0.5], [-2.0, 0.0], [0.3, 0.3]], jnp.float32)
+    observables = eqx.filter_vmap(lambda c: c[0] * qfx.Z(0) + c[1] * qfx.X(2) @ qfx.Y(1))(coeffs)
+    values = jax.vmap(qfx.expval, (None, 0))(circ, observables)
+    z, xy = ref.expval(circ, qfx.Z(0)), ref.expval(circ, qfx.X(2) @ qfx.Y(1))
+    np.testing.assert_allclose(values, np.asarray(coeffs) @ [z, xy], atol=1e-5)
+
+
+def test_vmap_of_grad_and_grad_of_vmap_equal_loop():
+    thetas = _thetas(3, seed=8)
+    batch = eqx.filter_vmap(make_circuit)(thetas)
+    loop = [_grad(make_circuit(t), H) for t in thetas]
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *loop)
+    vmap_grad = jax.jit(jax.vmap(jax.grad(qfx.expval), (0, None)))(batch, H)
+    assert tree_allclose(vmap_grad, stacked, atol=1e-5)
+    grad_vmap = jax.jit(jax.grad(lambda b: jnp.sum(jax.vmap(qfx.expval, (0, None))(b, H))))(batch)
+    assert tree_allclose(grad_vmap, stacked, atol=1e-5)
+
+
+def test_tree_at_edits_a_parameter():
+    theta = _thetas(seed=9)
+    circ = make_circuit(theta)
+    edited = eqx.tree_at(lambda c: c.ops[2].theta, circ, jnp.asarray(0.25, jnp.float32))
+    assert float(circ.ops[2].theta) == pytest.approx(float(theta[1]))  # the original is unchanged
+    assert float(edited.ops[2].theta) == 0.25
+    rebuilt = make_circuit(theta)
+    rebuilt = qfx.Circuit([*rebuilt.ops[:2], qfx.CRX(0.25, wires=(0, 2)), *rebuilt.ops[3:]], num_wires=N)
+    assert tree_allclose(edited, rebuilt)
+    assert float(_expval(edited, H)) == pytest.approx(ref.expval(rebuilt, H), abs=1e-5)
+
+
+def test_serialise_round_trip(tmp_path):
+    circ = qfx.Circuit(
+        [*make_circuit(_thetas(seed=10)).ops, qfx.repeat(lambda t: [qfx.RX(t, wires=1)], jnp.arange(3.0))],
+        num_wires=N,
+    )
+    obs = 0.3 * qfx.Z(0) + qfx.Hermitian(np.diag([1.0, -2.0]), wires=1)
+    path = tmp_path / "model.eqx"
+    eqx.tree_serialise_leaves(path, (circ, obs))
+    like = (jax.tree.map(jnp.zeros_like, circ), jax.tree.map(jnp.zeros_like, obs))
+    loaded_circ, loaded_obs = eqx.tree_deserialise_leaves(path, like)
+    assert tree_allclose(loaded_circ, circ, rtol=0, atol=0)
+    assert tree_allclose(loaded_obs, obs, rtol=0, atol=0)
+    assert float(qfx.expval(loaded_circ, loaded_obs)) == pytest.approx(ref.expval(circ, obs), abs=1e-5)
+
+
+def test_optax_adam_lowers_the_energy():
+    circ = make_circuit(jnp.asarray([0.1, 0.2, 0.3], jnp.float32))
+    optimiser = optax.adam(0.1)
+    state = optimiser.init(circ)
+
+    @jax.jit
+    def step(circ, state):
+        energy, grad = jax.value_and_grad(qfx.expval)(circ, H)
+        # Optax's bias correction mixes int32 step counts with floats; qfx itself stays strict.
+        with jax.numpy_dtype_promotion("standard"):
+            updates, state = optimiser.update(grad, state, circ)
+            return optax.apply_updates(circ, updates), state, energy
+
+    energies = []
+    for _ in range(40):
+        circ, state, energy = step(circ, state)
+        energies.append(float(energy))
+    assert isinstance(circ, qfx.Circuit)
+    ground = np.linalg.eigvalsh(ref.observable_matrix(H, N))[0]
+    final = ref.expval(circ, H)
+    assert final < energies[0] - 0.5
+    assert final >= ground - 1e-6  # the variational principle
