@@ -1,0 +1,133 @@
+"""Overhead of the Torch bridge (`qfx.torch`) against the same pure-JAX call.
+
+Prints a table; asserts nothing. Targets (issue 5): at most 50 us of overhead per call for a small
+circuit, and at most 10% at a batch of 1024 inputs.
+
+    python benchmarks/torch_overhead.py [--number 200] [--rounds 20]
+
+Each row times the same JAX function two ways: jitted and called directly on JAX arrays (blocking on the
+result), and called through `qfx.torch` on torch tensors (whose outputs are ready when they return).
+"value+grad" compares one jitted `jax.value_and_grad` call with a torch forward + `.backward()` (whose
+VJP re-runs the forward inside one compiled call). The best of several alternating rounds is reported.
+"""
+
+import argparse
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+import qfx
+import qfx.torch
+
+N_WIRES = 4
+
+
+def circuit(inputs, theta):
+    """One sample: inputs (N_WIRES,), theta (2, N_WIRES) -> <Z_i> for each wire."""
+    ops = [qfx.RY(inputs[i], wires=i) for i in range(N_WIRES)]
+    for layer in theta:
+        ops += [qfx.RX(layer[i], wires=i) for i in range(N_WIRES)]
+        ops += [qfx.CNOT((i, (i + 1) % N_WIRES)) for i in range(N_WIRES)]
+    return qfx.expval(qfx.Circuit(ops), [qfx.Z(i) for i in range(N_WIRES)])
+
+
+def batched(inputs, theta):
+    return jax.vmap(circuit, in_axes=(0, None))(inputs, theta)
+
+
+def loss(inputs, theta):
+    return jnp.sum(batched(inputs, theta) ** 2)
+
+
+def best_us(fns, number: int, rounds: int) -> list[tuple[float, float]]:
+    """(wall, cpu): the time of one call of each function in us, the best over `rounds` of the mean of
+    `number` consecutive calls, by the wall clock and by this process's CPU time (all its threads).
+
+    Rounds of the functions alternate, so that background load (other processes on the same cores)
+    reaches them alike; the best round is the one it disturbed least. CPU time leaves out the time the
+    process waited for a core, so it shows the work a call costs on a machine shared with other jobs.
+    """
+    for fn in fns:
+        fn()
+    best = [[float("inf")] * 2 for _ in fns]
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            w0, c0 = time.perf_counter_ns(), time.process_time_ns()
+            for _ in range(number):
+                fn()
+            w1, c1 = time.perf_counter_ns(), time.process_time_ns()
+            best[i][0] = min(best[i][0], (w1 - w0) / number / 1e3)
+            best[i][1] = min(best[i][1], (c1 - c0) / number / 1e3)
+    return [tuple(b) for b in best]
+
+
+def rows_for_batch(batch: int, theta_np: np.ndarray, number: int, rounds: int, rng) -> list[tuple]:
+    x_np = rng.uniform(0, np.pi, (batch, N_WIRES)).astype(np.float32)
+    x_j, th_j = jnp.asarray(x_np), jnp.asarray(theta_np)
+    x_t, th_t = torch.tensor(x_np), torch.tensor(theta_np)  # torch's own (aligned) buffers
+    th_req = th_t.clone().requires_grad_()
+
+    # Forward only: to_torch, and TorchLayer (the module call: parameter dict, reshape, checks).
+    f_jax = jax.jit(batched)
+    f_torch = qfx.torch.to_torch(batched)
+    layer = qfx.torch.TorchLayer(circuit, {"theta": (2, N_WIRES)}, init={"theta": th_t})
+    jax_us, torch_us, layer_us = best_us(
+        [lambda: f_jax(x_j, th_j).block_until_ready(), lambda: f_torch(x_t, th_t), lambda: layer(x_t)],
+        number,
+        rounds,
+    )
+    rows = [("forward", batch, jax_us, torch_us), ("TorchLayer fwd", batch, jax_us, layer_us)]
+
+    # Forward and gradient: pure JAX's jitted value_and_grad against torch's forward + backward.
+    vg_jax = jax.jit(jax.value_and_grad(loss, argnums=1))
+    loss_torch = qfx.torch.to_torch(loss)
+
+    def step_torch():
+        th_req.grad = None
+        loss_torch(x_t, th_req).backward()
+
+    jax_us, torch_us = best_us(
+        [lambda: jax.block_until_ready(vg_jax(x_j, th_j)), step_torch], max(number // 4, 1), rounds
+    )
+    rows.append(("value+grad", batch, jax_us, torch_us))
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--number", type=int, default=200, help="consecutive calls per round, batch 1")
+    parser.add_argument("--rounds", type=int, default=20)
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    theta_np = rng.uniform(0, 2 * np.pi, (2, N_WIRES)).astype(np.float32)
+    big = max(args.number // 40, 2)
+    rows = rows_for_batch(1, theta_np, args.number, args.rounds, rng)
+    rows += rows_for_batch(1024, theta_np, big, args.rounds, rng)
+
+    print(
+        f"qfx {qfx.__version__}, jax {jax.__version__}, torch {torch.__version__}, device {jax.devices()[0]}"
+    )
+    print(
+        f"{N_WIRES}-qubit circuit, 2 layers; best of {args.rounds} rounds of {args.number} calls (batch 1) "
+        f"or {big} calls (batch 1024); value+grad rounds are 4x shorter; load average "
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores\n"
+    )
+    for clock, k in (("wall clock", 0), ("CPU time of this process", 1)):
+        print(f"{clock}:")
+        head = f"{'call':<16}{'batch':>6}{'pure JAX (us)':>15}{'via torch (us)':>16}{'overhead (us)':>15}"
+        print(head + f"{'overhead':>10}")
+        for name, batch, jax_us, torch_us in rows:
+            over = torch_us[k] - jax_us[k]
+            print(
+                f"{name:<16}{batch:>6}{jax_us[k]:>15.1f}{torch_us[k]:>16.1f}{over:>15.1f}"
+                f"{over / jax_us[k]:>10.1%}"
+            )
+        print()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,410 @@
+"""The Torch bridge: qfx circuits (and any JAX function of arrays) inside torch models.
+
+```python
+import qfx.torch  # imports torch; `import qfx` alone never does
+```
+
+- `to_torch(fn)` turns a JAX function of arrays into a torch callable, differentiable to any order and
+  composable with `torch.func` (`grad`, `vmap`, `jacrev`, `jacfwd`, `hessian`).
+- `TorchLayer(circuit_fn, weight_shapes)` is a `torch.nn.Module` whose weights are `nn.Parameter`s; a batch
+  of inputs runs as one vmapped JAX call.
+- `to_jax` / `from_jax` move single tensors across by DLPack.
+- `straight_through_argmax` / `ArgMax` read out the most likely class with a straight-through gradient.
+
+**Copies.** Tensors cross by DLPack without copying, except for non-contiguous views, buffers that are not
+64-byte aligned, tensors with a lazy conjugate / negative bit, and outputs that alias an input; see
+`qfx/_torch_bridge.py` for the rules and why they keep JAX's immutability.
+
+**Complex numbers.** For a real loss L of z = x + iy, torch's gradient is dL/dx + i dL/dy (so that
+`z - lr * z.grad` descends) and JAX's is its conjugate, dL/dx - i dL/dy; the bridge conjugates
+cotangents on the way in and gradients on the way out, so `z.grad` follows torch's convention and
+`torch.autograd.gradcheck` passes on complex inputs and outputs.
+
+**Precision.** float64 and complex128 tensors need JAX's 64-bit mode
+(`jax.config.update("jax_enable_x64", True)`); otherwise the bridge raises instead of silently casting.
+
+**CPU threads.** torch's OpenMP workers busy-wait for a while after each parallel op, competing with XLA's
+threads for the same cores; with small classical layers, `torch.set_num_threads(1)` (or
+`OMP_WAIT_POLICY=PASSIVE` in the environment) made hybrid training steps ~30x faster on a busy 2-core
+machine.
+"""
+
+from collections.abc import Callable, Mapping, Sequence
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from ._straight_through import straight_through_argmax as _jax_straight_through_argmax
+from ._torch_bridge import Bridge, check_tensor, jax_to_tensor, tensor_to_jax
+
+__all__ = ["ArgMax", "TorchLayer", "from_jax", "straight_through_argmax", "to_jax", "to_torch"]
+
+
+def to_jax(tensor: torch.Tensor) -> jax.Array:
+    """A torch tensor as a JAX array on the same device, by DLPack.
+
+    Zero-copy for a contiguous, 64-byte aligned tensor (the JAX array then shares torch's buffer: do not
+    write the tensor in place while you use the array); a copy otherwise. Tensors that require grad are
+    detached.
+
+    **Raises:** `TypeError` for integer, boolean or (without x64 mode) 64-bit tensors, `ValueError` for a
+    device JAX cannot see.
+    """
+    check_tensor(tensor, "to_jax: the tensor")
+    return tensor_to_jax(tensor)
+
+
+def from_jax(array: jax.Array) -> torch.Tensor:
+    """A JAX array as a torch tensor on the same device, by DLPack, zero-copy."""
+    if not isinstance(array, jax.Array):
+        raise TypeError(f"from_jax: expected a jax.Array, got {type(array).__name__}.")
+    return jax_to_tensor(array)
+
+
+def _fn_name(fn) -> str:
+    return getattr(fn, "__name__", type(fn).__name__)
+
+
+def _arg_name(where: str, path) -> str:
+    return f"{where}: argument {jax.tree_util.keystr(path)}" if path else f"{where}: the argument"
+
+
+def _signature(leaves) -> tuple:
+    return tuple((tuple(t.shape), t.dtype) for t in leaves)
+
+
+class _Entry:
+    """One input structure of a `to_torch` function: its bridge and the output structures it made."""
+
+    def __init__(self, fn: Callable, in_tree, jit: bool):
+        self.out_trees: dict[tuple, Any] = {}
+        self.only_out_tree = None
+
+        def flat_fn(*arrays):
+            out = fn(*jax.tree.unflatten(in_tree, arrays))
+            leaves, out_tree = jax.tree.flatten(out)
+            # Recorded at trace time, keyed by the input signature (the shapes and dtypes a traced call
+            # sees are those the torch tensors report, vmapped axes excluded).
+            key = tuple((tuple(a.shape), _TORCH_DTYPES[np.dtype(a.dtype)]) for a in arrays)
+            self.out_trees[key] = out_tree
+            self.only_out_tree = out_tree if len(set(self.out_trees.values())) == 1 else None
+            for leaf in leaves:
+                if not isinstance(leaf, (jax.Array, np.ndarray, np.generic)):
+                    raise TypeError(
+                        "to_torch: the function must return arrays (or a pytree of arrays), but it "
+                        f"returned a {type(leaf).__name__} leaf."
+                    )
+            return tuple(jnp.asarray(x) for x in leaves)
+
+        self.bridge = Bridge(flat_fn, jit)
+
+    def out_tree(self, leaves):
+        if self.only_out_tree is not None:
+            return self.only_out_tree
+        return self.out_trees[_signature(leaves)]
+
+
+_TORCH_DTYPES = {
+    np.dtype(np.float16): torch.float16,
+    np.dtype(jnp.bfloat16): torch.bfloat16,
+    np.dtype(np.float32): torch.float32,
+    np.dtype(np.float64): torch.float64,
+    np.dtype(np.complex64): torch.complex64,
+    np.dtype(np.complex128): torch.complex128,
+}
+
+
+class _TorchFunction:
+    """The callable returned by `to_torch`."""
+
+    def __init__(self, fn: Callable, jit: bool):
+        self.fn = fn
+        self.jit = jit
+        self._entries: dict[Any, _Entry] = {}
+        self.__name__ = self.__qualname__ = f"to_torch({_fn_name(fn)})"
+        self.__doc__ = getattr(fn, "__doc__", None)
+
+    def __call__(self, *args: Any) -> Any:
+        leaves, in_tree = jax.tree.flatten(args)
+        for leaf in leaves:  # a fast check; the slow one names the bad argument
+            if not _fast_ok(leaf):
+                self._check(args)
+                break
+        if not leaves:
+            raise TypeError(f"{self.__name__}: call it with at least one torch.Tensor argument.")
+        entry = self._entries.get(in_tree)
+        if entry is None:
+            entry = self._entries[in_tree] = _Entry(self.fn, in_tree, self.jit)
+        outs = entry.bridge.apply(*leaves)
+        return jax.tree.unflatten(entry.out_tree(leaves), outs)
+
+    def _check(self, args) -> None:
+        for path, leaf in jax.tree_util.tree_flatten_with_path(args)[0]:
+            check_tensor(leaf, _arg_name(self.__name__, path))
+
+    def __repr__(self):
+        return f"<qfx.torch.{self.__name__}>"
+
+    def __reduce__(self):  # pickles (and deep-copies) as a fresh wrapper of the same function
+        return (_rebuild, (self.fn, self.jit))
+
+
+def _rebuild(fn, jit):
+    return to_torch(fn, jit=jit)
+
+
+_OK_32 = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.complex64})
+_OK_X64 = _OK_32 | {torch.float64, torch.complex128}
+
+
+def _fast_ok(t) -> bool:
+    """A quick sufficient check that `t` can cross the bridge (`check_tensor` is the full one)."""
+    ok = _OK_X64 if jax.config.read("jax_enable_x64") else _OK_32
+    return isinstance(t, torch.Tensor) and t.is_cpu and t.dtype in ok
+
+
+def to_torch(fn: Callable, *, jit: bool = True) -> Callable:
+    """Wraps a JAX function of arrays as a torch callable, differentiable to any order.
+
+    **Arguments:**
+
+    - `fn`: a JAX function whose arguments are pytrees of arrays (e.g. `weights, inputs`) and which
+      returns an array or a pytree of arrays. Call the result with torch tensors in the same places.
+    - `jit`: compile `fn` with `jax.jit` (once per input shape and dtype, then cached). Pass `jit=False`
+      for a function that cannot be traced.
+
+    **Returns:** a callable taking torch tensors and returning torch tensors (on the inputs' device), backed
+    by a `torch.autograd.Function` with `setup_context`, `backward`, `jvp` and `vmap`, so that
+    `loss.backward()`, `torch.autograd.grad(..., create_graph=True)` to any order, `torch.func.grad`,
+    `torch.func.vmap` (one `jax.vmap`ped call), `jacrev`, `jacfwd` and `hessian` work.
+
+    The backward runs the JAX VJP of `fn` (which re-runs the forward inside one compiled call): that is
+    what makes it a function of the torch inputs, and so differentiable again.
+
+    ```python
+    import jax.numpy as jnp, qfx, qfx.torch, torch
+
+    def energy(theta):  # theta: (2,)
+        circ = qfx.Circuit([qfx.RX(theta[0], wires=0), qfx.RY(theta[1], wires=1), qfx.CNOT((0, 1))])
+        return qfx.expval(circ, qfx.Z(0) @ qfx.Z(1))
+
+    f = qfx.torch.to_torch(energy)
+    theta = torch.tensor([0.1, 0.2], requires_grad=True)
+    f(theta).backward()  # theta.grad == jax.grad(energy)(jnp.array([0.1, 0.2]))
+    ```
+    """
+    if not callable(fn):
+        raise TypeError(f"to_torch: expected a callable JAX function, got {fn!r}.")
+    return _TorchFunction(fn, jit)
+
+
+# --- TorchLayer -----------------------------------------------------------------------------------
+
+
+def _check_weight_shapes(weight_shapes) -> dict[str, tuple[int, ...]]:
+    if not isinstance(weight_shapes, Mapping) or not weight_shapes:
+        raise TypeError(
+            "TorchLayer: weight_shapes must be a non-empty dict of name -> shape, e.g. "
+            f"{{'theta': (3, 2)}}, got {weight_shapes!r}."
+        )
+    shapes = {}
+    for name, shape in weight_shapes.items():
+        if not isinstance(name, str) or not name.isidentifier() or "." in name:
+            raise ValueError(f"TorchLayer: weight name {name!r} is not a valid Python identifier.")
+        if hasattr(torch.nn.Module, name) or name in ("inputs", "diff"):
+            raise ValueError(f"TorchLayer: weight name {name!r} is reserved; choose another name.")
+        if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+            shape = (int(shape),)
+        if not isinstance(shape, Sequence) or not all(
+            isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s >= 0 for s in shape
+        ):
+            raise ValueError(
+                f"TorchLayer: weight_shapes[{name!r}] must be an int or a tuple of non-negative ints, "
+                f"got {shape!r}."
+            )
+        shapes[name] = tuple(int(s) for s in shape)
+    return shapes
+
+
+class _Batched:
+    """`circuit_fn` over a batch of inputs, as one `jax.vmap`. A class, so that layers pickle."""
+
+    def __init__(self, circuit_fn: Callable, diff: Any):
+        self.circuit_fn = circuit_fn
+        self.kwargs = {} if diff is None else {"diff": diff}
+        self.__name__ = _fn_name(circuit_fn)
+
+    def __call__(self, inputs, weights):
+        out = jax.vmap(lambda x: self.circuit_fn(x, **weights, **self.kwargs))(inputs)
+        if isinstance(out, jax.Array) and jnp.issubdtype(out.dtype, jnp.floating):
+            out = out.astype(inputs.dtype)  # a module's output has its inputs' dtype, even under x64
+        return out
+
+
+def _default_init(tensor: torch.Tensor) -> None:
+    """Angles uniform in [0, 2 pi)."""
+    torch.nn.init.uniform_(tensor, 0.0, 2 * math.pi)
+
+
+class TorchLayer(torch.nn.Module):
+    """A quantum circuit as a `torch.nn.Module`, with its weights as `torch.nn.Parameter`s.
+
+    **Arguments:**
+
+    - `circuit_fn`: a JAX function `circuit_fn(inputs, **weights) -> array` for ONE sample: `inputs` has
+      shape `(d,)`, each weight the shape given in `weight_shapes`. It may return any shape `S`.
+    - `weight_shapes`: dict of weight name -> shape (an int or a tuple), e.g. `{"theta": (layers, n)}`.
+    - `init`: how to initialise the weights: a function applied in place to each parameter (like
+      `torch.nn.init.normal_`), or a dict of name -> initial tensor (or such a function). Default: angles
+      uniform in `[0, 2 pi)`.
+    - `diff`: a `qfx.diff` method. If given, it is passed to `circuit_fn` as the keyword `diff=`, which
+      should forward it to `qfx.expval` and co.; if omitted `circuit_fn` is called without it.
+    - `dtype`, `device`: of the parameters (default: torch's default dtype, CPU).
+    - `jit`: compile with `jax.jit` (default), once per input shape and dtype.
+
+    **Calling:** `layer(inputs)` with `inputs` of shape `(*batch, d)` returns `(*batch, *S)`, real outputs in
+    the dtype of `inputs` (qfx itself computes in float64 under x64 mode). The batch is flattened and run
+    as ONE `jax.vmap`ped call, never a Python loop; gradients flow to the inputs and to the weights.
+    `state_dict`, `load_state_dict` and `torch.optim` work as for any module.
+
+    ```python
+    import jax.numpy as jnp, qfx, qfx.torch, torch
+
+    def circuit(inputs, theta, diff=qfx.diff.Backprop()):  # inputs: (2,), theta: (2, 2)
+        ops = [qfx.RY(inputs[0], wires=0), qfx.RY(inputs[1], wires=1)]
+        for layer in theta:
+            ops += [qfx.RX(layer[0], wires=0), qfx.RX(layer[1], wires=1), qfx.CNOT((0, 1))]
+        return qfx.expval(qfx.Circuit(ops), [qfx.Z(0), qfx.Z(1)], diff=diff)
+
+    layer = qfx.torch.TorchLayer(circuit, {"theta": (2, 2)}, diff=qfx.diff.Backprop())
+    model = torch.nn.Sequential(torch.nn.Linear(4, 2), layer, torch.nn.Linear(2, 3))
+    logits = model(torch.randn(32, 4))  # (32, 3); the 32 circuits run as one vmapped JAX call
+    ```
+    """
+
+    def __init__(
+        self,
+        circuit_fn: Callable,
+        weight_shapes: Mapping[str, int | Sequence[int]],
+        *,
+        init: Callable | Mapping[str, Any] | None = None,
+        diff: Any = None,
+        dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
+        jit: bool = True,
+    ):
+        super().__init__()
+        if not callable(circuit_fn):
+            raise TypeError(f"TorchLayer: circuit_fn must be a callable JAX function, got {circuit_fn!r}.")
+        shapes = _check_weight_shapes(weight_shapes)
+        inits = init if isinstance(init, Mapping) else {}
+        unknown = set(inits) - set(shapes)
+        if unknown:
+            raise ValueError(
+                f"TorchLayer: init names {sorted(unknown)}, which are not in weight_shapes "
+                f"({sorted(shapes)})."
+            )
+        for name, shape in shapes.items():
+            how = inits.get(name, init if callable(init) else _default_init)
+            if callable(how):
+                value = torch.empty(shape, dtype=dtype, device=device)
+                with torch.no_grad():
+                    how(value)
+            else:
+                value = torch.as_tensor(how, dtype=dtype, device=device).clone()
+                if tuple(value.shape) != shape:
+                    raise ValueError(
+                        f"TorchLayer: init[{name!r}] has shape {tuple(value.shape)}, but "
+                        f"weight_shapes[{name!r}] is {shape}."
+                    )
+            self.register_parameter(name, torch.nn.Parameter(value))
+        self.circuit_fn = circuit_fn
+        self.weight_shapes = shapes
+        self.diff = diff
+        self._fn = to_torch(_Batched(circuit_fn, diff), jit=jit)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        if not _fast_ok(inputs) or inputs.ndim == 0:
+            name = f"TorchLayer({_fn_name(self.circuit_fn)}): inputs"
+            check_tensor(inputs, name)
+            if inputs.ndim == 0:
+                raise ValueError(f"{name} must have shape (batch..., d) or (d,), got a scalar.")
+        weights = {}
+        for w, shape in self.weight_shapes.items():
+            p = self._parameters[w]
+            if p is None or p.shape != shape:  # e.g. assigned after construction
+                got = None if p is None else tuple(p.shape)
+                raise ValueError(f"TorchLayer: weight {w!r} has shape {got}, expected {shape}.")
+            weights[w] = p
+        flat = inputs if inputs.ndim == 2 else inputs.reshape(-1, inputs.shape[-1])
+        out = self._fn(flat, weights)
+        if not isinstance(out, torch.Tensor):
+            raise TypeError("TorchLayer: circuit_fn must return one array (use to_torch for pytrees).")
+        return out if inputs.ndim == 2 else out.reshape(*inputs.shape[:-1], *out.shape[1:])
+
+    def extra_repr(self) -> str:
+        shapes = ", ".join(f"{k}={v}" for k, v in self.weight_shapes.items())
+        diff = "" if self.diff is None else f", diff={self.diff!r}"
+        return f"circuit_fn={_fn_name(self.circuit_fn)}, weight_shapes({shapes}){diff}"
+
+
+# --- straight-through argmax --------------------------------------------------------------------------
+
+
+class _StraightThroughArgMax(torch.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, dim):
+        n = x.shape[dim]
+        return torch.nn.functional.one_hot(x.argmax(dim), n).to(x.dtype).movedim(-1, dim)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(output)
+        ctx.save_for_forward(output)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (hard,) = ctx.saved_tensors
+        return grad * hard, None
+
+    @staticmethod
+    def jvp(ctx, tangent, _):
+        (hard,) = ctx.saved_tensors
+        return tangent * hard
+
+
+def straight_through_argmax(x, dim: int = -1):
+    """The one-hot of the largest entry along `dim`, with a straight-through gradient.
+
+    Forward: `one_hot(argmax(x, dim))`, in `x`'s dtype. Backward: the gradient of the chosen entry passes
+    through unchanged and every other entry gets zero (the derivative of `x * one_hot`, holding the
+    choice fixed). Takes a torch tensor (a native torch op: `torch.func` and higher orders work) or a JAX
+    array (then it is `qfx.straight_through_argmax`).
+    """
+    if isinstance(x, torch.Tensor):
+        if not (x.is_floating_point()):
+            raise TypeError(f"straight_through_argmax: x must be a floating tensor, got dtype {x.dtype}.")
+        if x.ndim == 0:
+            raise ValueError("straight_through_argmax: x must have at least one dimension, got a scalar.")
+        return _StraightThroughArgMax.apply(x, dim)
+    return _jax_straight_through_argmax(x, axis=dim)
+
+
+class ArgMax(torch.nn.Module):
+    """`straight_through_argmax` as a module, for the end of a `torch.nn.Sequential` classifier."""
+
+    def __init__(self, dim: int = -1):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return straight_through_argmax(x, self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"

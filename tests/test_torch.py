@@ -1,0 +1,505 @@
+"""The Torch bridge, `qfx.torch`: conversions, autograd to any order, torch.func, TorchLayer, argmax."""
+
+import copy
+import io
+import pickle
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import qfx
+
+from .helpers import tree_allclose
+
+torch = pytest.importorskip("torch")
+from qfx._torch_bridge import Bridge  # noqa: E402 - needs torch, so after the importorskip
+import qfx.torch as qt  # noqa: E402
+
+DIFF_METHODS = [qfx.diff.Backprop(), qfx.diff.Adjoint(), qfx.diff.ParameterShift(), qfx.diff.FiniteDiff()]
+
+cuda = pytest.mark.skipif(
+    not torch.cuda.is_available() or not any(d.platform == "gpu" for d in jax.devices()),
+    reason="needs CUDA for both torch and JAX",
+)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    # torch's OpenMP workers busy-wait after each parallel region and starve XLA's CPU threads (hybrid
+    # training steps ran ~30x slower on 2 busy cores); these tests' torch ops are too small to need them.
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def circuit(theta, x):
+    """A small circuit: theta (3,), x (2,) -> [<Z0 Z1>, <X1>]. Inputs enter as angles, as in a QNN."""
+    circ = qfx.Circuit(
+        [
+            qfx.RY(x[0], wires=0),
+            qfx.RX(theta[0], wires=0),
+            qfx.RY(theta[1], wires=1),
+            qfx.CNOT((0, 1)),
+            qfx.RX(theta[2] * x[1], wires=1),
+        ]
+    )
+    return qfx.expval(circ, [qfx.Z(0) @ qfx.Z(1), qfx.X(1)])
+
+
+def scalar(theta, x):
+    out = circuit(theta, x)
+    return out[0] + 0.5 * out[1] ** 2
+
+
+# Shared wrappers, so that tests reuse their compilations (once per shape, dtype and x64 mode).
+F_CIRCUIT = qt.to_torch(circuit)
+F_SCALAR = qt.to_torch(scalar)
+# References, jitted (eager JAX would compile every primitive of the circuit separately).
+circuit_jac = jax.jit(jax.jacrev(circuit, argnums=(0, 1)))
+scalar_grad = jax.jit(jax.grad(scalar))
+scalar_hessian = jax.jit(jax.hessian(scalar))
+
+
+def _np(t):
+    return t.detach().cpu().numpy()
+
+
+def _j(*tensors):
+    return tuple(jnp.asarray(_np(t)) for t in tensors)
+
+
+def _inputs(dtype=torch.float32, requires_grad=True):
+    theta = torch.tensor([0.3, -0.8, 1.1], dtype=dtype, requires_grad=requires_grad)
+    x = torch.tensor([0.7, 0.4], dtype=dtype, requires_grad=requires_grad)
+    return theta, x
+
+
+# --- packaging ------------------------------------------------------------------------------------
+
+
+def test_import_qfx_does_not_import_torch():
+    code = "import sys, qfx; assert 'torch' not in sys.modules, 'import qfx imported torch'; print('ok')"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+# --- tensors across ---------------------------------------------------------------------------------
+
+
+def test_to_jax_and_from_jax_are_zero_copy():
+    t = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    a = qt.to_jax(t)
+    assert a.unsafe_buffer_pointer() == t.data_ptr()
+    np.testing.assert_array_equal(np.asarray(a), t.numpy())
+    b = jnp.arange(6, dtype=jnp.float32) * 2
+    u = qt.from_jax(b)
+    assert u.data_ptr() == b.unsafe_buffer_pointer()
+    np.testing.assert_array_equal(u.numpy(), np.asarray(b))
+    # A tensor that requires grad is detached, still without a copy.
+    p = torch.ones(5, requires_grad=True)
+    assert qt.to_jax(p).unsafe_buffer_pointer() == p.data_ptr()
+
+
+def test_to_jax_copies_exactly_when_documented():
+    base = torch.arange(40, dtype=torch.float32)
+    misaligned = base[1:17]  # starts 4 bytes into a buffer: JAX needs 64-byte alignment, so it copies
+    a = qt.to_jax(misaligned)
+    assert a.unsafe_buffer_pointer() != misaligned.data_ptr()
+    np.testing.assert_array_equal(np.asarray(a), misaligned.numpy())
+    strided = base.reshape(8, 5)[:, ::2]  # JAX refuses strided buffers: the bridge makes it contiguous
+    np.testing.assert_array_equal(np.asarray(qt.to_jax(strided)), strided.numpy())
+    transposed = base.reshape(8, 5).T
+    np.testing.assert_array_equal(np.asarray(qt.to_jax(transposed)), transposed.numpy())
+    z = torch.tensor([1 + 2j, 3 - 1j], dtype=torch.complex64)
+    # torch's lazy conjugate (and negative) bits would be lost by raw DLPack: they are resolved first.
+    np.testing.assert_array_equal(np.asarray(qt.to_jax(z.conj())), np.conj(z.numpy()))
+    np.testing.assert_array_equal(np.asarray(qt.to_jax(torch.ones(3)._neg_view())), -np.ones(3))
+
+
+def test_outputs_never_alias_inputs():
+    f = qt.to_torch(lambda a, b: (a, b * 2, a))
+    a, b = torch.ones(4), torch.ones(4)
+    out_a, out_b, out_a2 = f(a, b)
+    assert len({a.data_ptr(), out_a.data_ptr(), out_a2.data_ptr()}) == 3
+    out_a.add_(1.0)
+    np.testing.assert_array_equal(a.numpy(), np.ones(4))
+    np.testing.assert_array_equal(out_a2.numpy(), np.ones(4))
+
+
+def test_in_place_write_between_forward_and_backward_is_caught():
+    theta, x = _inputs()
+    out = qt.to_torch(scalar)(theta, x)
+    with torch.no_grad():
+        theta.add_(1.0)  # what optimizer.step() does
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.backward()
+
+
+# --- to_torch: values and gradients -----------------------------------------------------------------
+
+
+def test_forward_matches_jax_and_keeps_pytrees():
+    def fn(params, x):
+        out = circuit(params["theta"], x)
+        return {"expvals": out, "sum": (out.sum(),)}
+
+    f = qt.to_torch(fn)
+    theta, x = _inputs()
+    out = f({"theta": theta}, x)
+    expected = jax.jit(fn)({"theta": jnp.asarray(_np(theta))}, jnp.asarray(_np(x)))
+    assert set(out) == {"expvals", "sum"} and isinstance(out["sum"], tuple)
+    assert _np(out["expvals"]).dtype == expected["expvals"].dtype and out["expvals"].requires_grad
+    assert tree_allclose(jax.tree.map(_np, out), expected)
+
+
+def test_gradcheck_and_gradgradcheck_float64(x64):
+    theta, x = _inputs(torch.float64)
+    assert torch.autograd.gradcheck(F_CIRCUIT, (theta, x))
+    assert torch.autograd.gradgradcheck(F_CIRCUIT, (theta, x))
+    # The first derivatives equal JAX's.
+    jac = torch.autograd.functional.jacobian(F_CIRCUIT, (theta, x))
+    assert tree_allclose(tuple(map(_np, jac)), circuit_jac(*_j(theta, x)), rtol=1e-10, atol=1e-12)
+
+
+def test_hessian_by_double_backward_matches_jax(x64):
+    theta, x = _inputs(torch.float64)
+    out = F_SCALAR(theta, x)
+    (g,) = torch.autograd.grad(out, theta, create_graph=True)
+    rows = [torch.autograd.grad(g[i], theta, retain_graph=True)[0] for i in range(3)]
+    hessian = torch.stack(rows)
+    assert tree_allclose(_np(hessian), scalar_hessian(*_j(theta, x)), rtol=1e-10, atol=1e-12)
+    assert tree_allclose(_np(g), scalar_grad(*_j(theta, x)), rtol=1e-10, atol=1e-12)
+
+
+def test_complex_gradients_follow_torch_convention(x64):
+    def fn(z, w):
+        return jnp.stack([z * jnp.conj(z) * w, jnp.sin(z) + w * jnp.conj(w)]).ravel()
+
+    z = torch.tensor([0.3 + 0.4j, -1.0 + 0.2j], dtype=torch.complex128, requires_grad=True)
+    w = torch.tensor([0.5, 1.5], dtype=torch.complex128, requires_grad=True)
+    f = qt.to_torch(fn)
+    assert torch.autograd.gradcheck(f, (z, w))
+    assert torch.autograd.gradgradcheck(f, (z, w))
+    # |z|^2 = x^2 + y^2: torch returns dL/dx + i dL/dy = 2z (z - lr * grad descends); JAX the conjugate.
+    norm = qt.to_torch(lambda z: jnp.sum(jnp.abs(z) ** 2))
+    norm(z).backward()
+    np.testing.assert_allclose(_np(z.grad), 2 * _np(z))
+    np.testing.assert_allclose(_np(z.grad), np.conj(jax.grad(lambda z: jnp.sum(jnp.abs(z) ** 2))(_np(z))))
+
+
+def test_integer_outputs_are_not_differentiable():
+    f = qt.to_torch(lambda x: (jnp.sin(x), jnp.argmax(x)))
+    x = torch.tensor([0.1, 0.9, 0.3], requires_grad=True)
+    y, i = f(x)
+    assert not i.requires_grad and i.item() == 1
+    y.sum().backward()
+    np.testing.assert_allclose(_np(x.grad), np.cos(_np(x)), rtol=1e-6)
+
+
+def test_compiles_once_per_shape_and_dtype():
+    traces = []
+
+    def fn(theta, x):
+        traces.append(x.shape)
+        return circuit(theta, x)
+
+    f = qt.to_torch(fn)
+    theta, x = _inputs(requires_grad=False)
+    f(theta, x)
+    f(theta + 1.0, x * 2.0)  # new values: no new trace
+    assert traces == [(2,)]
+    f(theta, torch.ones(3))  # a new shape traces again (and circuit ignores x[2])
+    assert traces == [(2,), (3,)]
+
+
+def test_direct_apply_matches_torch_function_apply():
+    # Outside torch.func, the bridge calls torch's C++ `apply` itself (skipping ~15 us of Python).
+    bridge = Bridge(lambda x, y: (jnp.sin(x) * y,), jit=True)
+    x, y = torch.tensor([0.1, 0.5], requires_grad=True), torch.tensor([2.0, 3.0])
+    (direct,) = bridge.apply(x, y)
+    (public,) = bridge.function.apply(x, y)
+    torch.testing.assert_close(direct, public)
+    assert type(direct.grad_fn) is type(public.grad_fn)
+    (g_direct,) = torch.autograd.grad(direct.sum(), x)
+    (g_public,) = torch.autograd.grad(public.sum(), x)
+    torch.testing.assert_close(g_direct, g_public)
+    torch.testing.assert_close(g_direct, torch.cos(x.detach()) * y)
+
+
+def test_jit_false_runs_untraced():
+    f = qt.to_torch(lambda x: jnp.asarray(np.sin(np.asarray(x))), jit=False)
+    x = torch.tensor([0.1, 0.2])
+    np.testing.assert_allclose(_np(f(x)), np.sin(_np(x)), rtol=1e-6)
+
+
+# --- torch.func -------------------------------------------------------------------------------------
+
+
+def _is_batched(x) -> bool:
+    """True inside `jax.vmap` (x is then a batching tracer)."""
+    return type(x).__name__ == "BatchTracer"
+
+
+def _record_batching(fn, seen):
+    def wrapped(theta, x):
+        seen.append(_is_batched(x))
+        return fn(theta, x)
+
+    return wrapped
+
+
+def test_func_vmap_is_one_jax_vmap_call():
+    seen = []
+    f = qt.to_torch(_record_batching(circuit, seen))  # its own wrapper: to see its one trace
+    theta, _ = _inputs(requires_grad=False)
+    xs = torch.rand(5, 2)
+    out = torch.func.vmap(f, in_dims=(None, 0))(theta, xs)
+    expected = jax.jit(jax.vmap(circuit, in_axes=(None, 0)))(*_j(theta, xs))
+    assert tree_allclose(_np(out), expected)
+    assert seen == [True]  # traced once, under jax.vmap: the vmap rule ran, no loop over the batch
+    # vmap over a dimension other than 0, and nested vmap.
+    out_t = torch.func.vmap(f, in_dims=(None, 1))(theta, xs.T.contiguous())
+    assert tree_allclose(_np(out_t), expected)
+    xs2 = torch.rand(3, 4, 2)
+    nested = torch.func.vmap(torch.func.vmap(f, in_dims=(None, 0)), in_dims=(None, 0))(theta, xs2)
+    assert nested.shape == (3, 4, 2)
+    assert tree_allclose(_np(nested[1]), jax.jit(jax.vmap(circuit, in_axes=(None, 0)))(*_j(theta, xs2[1])))
+
+
+# torch warns from inside its own code the first time forward-mode AD loads its decompositions.
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+def test_func_grad_jacrev_jacfwd_hessian(x64):
+    theta, x = _inputs(torch.float64, requires_grad=False)
+    tol = dict(rtol=1e-10, atol=1e-12)
+    assert tree_allclose(_np(torch.func.grad(F_SCALAR)(theta, x)), scalar_grad(*_j(theta, x)), **tol)
+    jac = torch.func.jacrev(F_CIRCUIT, argnums=(0, 1))(theta, x)
+    assert tree_allclose(tuple(map(_np, jac)), circuit_jac(*_j(theta, x)), **tol)
+    jac_fwd = torch.func.jacfwd(F_CIRCUIT, argnums=(0, 1))(theta, x)
+    assert tree_allclose(tuple(map(_np, jac_fwd)), circuit_jac(*_j(theta, x)), **tol)
+    hess = torch.func.hessian(F_SCALAR)(theta, x)  # jacfwd(jacrev): forward mode over the VJP bridge
+    assert tree_allclose(_np(hess), scalar_hessian(*_j(theta, x)), **tol)
+    xs = torch.rand(4, 2, dtype=torch.float64)
+    per_sample = torch.func.vmap(torch.func.grad(F_SCALAR), in_dims=(None, 0))(theta, xs)
+    assert tree_allclose(_np(per_sample), jax.vmap(scalar_grad, in_axes=(None, 0))(*_j(theta, xs)), **tol)
+
+
+# --- errors -----------------------------------------------------------------------------------------
+
+
+def test_bad_arguments_raise_clear_errors():
+    f = F_CIRCUIT
+    theta, x = _inputs(requires_grad=False)
+    with pytest.raises(TypeError, match=r"argument \[1\] has dtype torch.int64.*\.float\(\)"):
+        f(theta, torch.tensor([1, 2]))
+    with pytest.raises(
+        TypeError, match=r"argument \[0\]\[0\] is a float, but the bridge takes torch.Tensors"
+    ):
+        f([0.3, 0.1, 0.2], x)
+    with pytest.raises(TypeError, match=r"argument \[0\]\['theta'\] has dtype torch.bool"):
+        qt.to_torch(lambda p: p["theta"])({"theta": torch.ones(2, dtype=torch.bool)})
+    with pytest.raises(
+        ValueError, match=r"argument \[1\] is on device meta, which JAX cannot see.*\.cpu\(\)"
+    ):
+        f(theta, torch.empty(2, device="meta"))
+    with pytest.raises(TypeError, match="at least one torch.Tensor"):
+        f()
+    with pytest.raises(TypeError, match="expected a callable"):
+        qt.to_torch(3)
+    with pytest.raises(TypeError, match="to_jax: the tensor has dtype torch.int32"):
+        qt.to_jax(torch.ones(2, dtype=torch.int32))
+    with pytest.raises(TypeError, match="from_jax: expected a jax.Array"):
+        qt.from_jax(np.ones(2))
+    with pytest.raises(TypeError, match="must return arrays"):
+        qt.to_torch(lambda x: "no")(x)
+
+
+def test_float64_needs_x64():
+    if jax.config.read("jax_enable_x64"):
+        pytest.skip("x64 mode is on for the whole session")
+    with pytest.raises(TypeError, match=r"argument \[0\] has dtype torch.float64.*jax_enable_x64"):
+        F_CIRCUIT(torch.zeros(3, dtype=torch.float64), torch.zeros(2))
+
+
+# --- TorchLayer -------------------------------------------------------------------------------------
+
+
+BACKPROP = qfx.diff.Backprop()
+
+
+def layer_circuit(inputs, theta, phi, diff=BACKPROP):
+    """One sample: inputs (2,), theta (2, 2), phi () -> <Z0>, <Z1>, <Z0 Z1>."""
+    ops = []
+    for layer in theta:  # data re-uploading: the inputs enter every layer
+        ops += [qfx.RY(inputs[0], wires=0), qfx.RY(inputs[1], wires=1)]
+        ops += [qfx.RX(layer[0], wires=0), qfx.RX(layer[1], wires=1), qfx.CNOT((0, 1))]
+    ops.append(qfx.RZ(phi, wires=1))
+    return qfx.expval(qfx.Circuit(ops), [qfx.Z(0), qfx.Z(1), qfx.Z(0) @ qfx.Z(1)], diff=diff)
+
+
+SHAPES = {"theta": (2, 2), "phi": ()}
+
+
+def test_layer_runs_the_batch_as_one_vmapped_call():
+    seen = []
+
+    def recorded(inputs, theta, phi):
+        seen.append(_is_batched(inputs))
+        return layer_circuit(inputs, theta, phi)
+
+    torch.manual_seed(0)
+    layer = qt.TorchLayer(recorded, SHAPES)
+    assert {n for n, _ in layer.named_parameters()} == {"theta", "phi"}
+    assert isinstance(layer.theta, torch.nn.Parameter) and layer.theta.shape == (2, 2)
+    xs = torch.rand(6, 2)
+    out = layer(xs)
+    assert out.shape == (6, 3)
+    assert seen == [True]  # one trace, under jax.vmap: no Python loop over the 6 samples
+    expected = jax.jit(jax.vmap(layer_circuit, in_axes=(0, None, None)))(*_j(xs, layer.theta, layer.phi))
+    assert tree_allclose(_np(out), expected)
+    # Leading batch dimensions are flattened into the one call; a single sample works too.
+    assert tree_allclose(_np(layer(xs.reshape(2, 3, 2))), np.asarray(expected).reshape(2, 3, 3))
+    assert seen == [True]
+    assert tree_allclose(_np(layer(xs[4])), expected[4])
+    assert seen == [True, True]  # batch size 1 is a new shape: traced once more, still vmapped
+
+
+@pytest.mark.parametrize("diff", DIFF_METHODS, ids=lambda d: type(d).__name__)
+def test_layer_gradients_with_every_diff_method(diff, x64):
+    init = {"theta": torch.tensor([[0.1, 0.2], [0.3, 0.4]])}
+    layer = qt.TorchLayer(layer_circuit, SHAPES, diff=diff, init=init, dtype=torch.float64)
+    xs = torch.rand(4, 2, dtype=torch.float64, requires_grad=True)
+    layer(xs).pow(2).sum().backward()
+
+    def loss(xs, theta, phi):
+        out = jax.vmap(lambda x: layer_circuit(x, theta, phi, diff=diff))(xs)
+        return jnp.sum(out**2)
+
+    expected = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(*_j(xs, layer.theta, layer.phi))
+    grads = (_np(xs.grad), _np(layer.theta.grad), _np(layer.phi.grad))
+    assert tree_allclose(grads, expected, rtol=1e-7, atol=1e-9)
+    assert f"diff={diff!r}" in repr(layer)
+
+
+def test_layer_state_dict_round_trip_and_copies():
+    torch.manual_seed(1)
+    layer = qt.TorchLayer(layer_circuit, SHAPES)
+    xs = torch.rand(3, 2)
+    buffer = io.BytesIO()
+    torch.save(layer.state_dict(), buffer)
+    buffer.seek(0)
+    other = qt.TorchLayer(layer_circuit, SHAPES, init=torch.nn.init.zeros_)
+    assert not torch.allclose(other(xs), layer(xs))
+    other.load_state_dict(torch.load(buffer, weights_only=True))
+    torch.testing.assert_close(other(xs), layer(xs))
+    torch.testing.assert_close(copy.deepcopy(layer)(xs), layer(xs))
+    torch.testing.assert_close(pickle.loads(pickle.dumps(layer))(xs), layer(xs))
+
+
+def test_layer_errors_name_the_argument():
+    with pytest.raises(ValueError, match=r"weight_shapes\['theta'\] must be an int or a tuple"):
+        qt.TorchLayer(layer_circuit, {"theta": (2, -1), "phi": ()})
+    with pytest.raises(
+        ValueError, match=r"init\['theta'\] has shape \(3,\), but weight_shapes\['theta'\] is \(2, 2\)"
+    ):
+        qt.TorchLayer(layer_circuit, SHAPES, init={"theta": torch.zeros(3)})
+    with pytest.raises(ValueError, match="init names \\['psi'\\]"):
+        qt.TorchLayer(layer_circuit, SHAPES, init={"psi": torch.zeros(3)})
+    with pytest.raises(ValueError, match="weight name 'forward' is reserved"):
+        qt.TorchLayer(layer_circuit, {"forward": 2})
+    with pytest.raises(TypeError, match="weight_shapes must be a non-empty dict"):
+        qt.TorchLayer(layer_circuit, [(2, 2)])
+    layer = qt.TorchLayer(layer_circuit, SHAPES)
+    with pytest.raises(TypeError, match=r"TorchLayer\(layer_circuit\): inputs has dtype torch.int64"):
+        layer(torch.ones(3, 2, dtype=torch.int64))
+    with pytest.raises(ValueError, match="inputs must have shape .* got a scalar"):
+        layer(torch.tensor(1.0))
+    layer.theta = torch.nn.Parameter(torch.zeros(3))
+    with pytest.raises(ValueError, match=r"weight 'theta' has shape \(3,\), expected \(2, 2\)"):
+        layer(torch.ones(3, 2))
+
+
+def test_hybrid_classifier_trains():
+    """Linear -> quantum layer -> Linear, trained with torch.optim on points inside / outside a circle."""
+    rng = np.random.default_rng(0)
+    points = rng.uniform(-1, 1, (200, 2)).astype(np.float32)
+    labels = (np.linalg.norm(points, axis=1) < 0.75).astype(np.int64)
+    chance = max(labels.mean(), 1 - labels.mean())  # always guessing the larger class
+    x, y = torch.tensor(points), torch.tensor(labels)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(2, 2), qt.TorchLayer(layer_circuit, SHAPES), torch.nn.Linear(3, 2)
+    )
+    optimiser = torch.optim.Adam(model.parameters(), lr=0.1)
+    losses = []
+    for _ in range(60):
+        optimiser.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        optimiser.step()
+        losses.append(loss.item())
+    with torch.no_grad():
+        accuracy = (model(x).argmax(1) == y).float().mean().item()
+    assert losses[-1] < 0.5 * losses[0]
+    assert accuracy > chance + 0.25, (accuracy, chance)
+
+
+# --- straight-through argmax ----------------------------------------------------------------------
+
+
+def test_straight_through_argmax_torch_and_jax_agree():
+    logits = np.array([[0.2, 1.5, -0.3], [2.0, 0.1, 0.4]], np.float32)
+    weights = np.array([1.0, 2.0, 3.0], np.float32)
+    t = torch.tensor(logits, requires_grad=True)
+    hard = qt.straight_through_argmax(t)
+    np.testing.assert_array_equal(_np(hard), [[0, 1, 0], [1, 0, 0]])
+    (hard * torch.tensor(weights)).sum().backward()
+    # The chosen entry's gradient passes through; every other entry gets zero.
+    np.testing.assert_array_equal(_np(t.grad), [[0, 2, 0], [1, 0, 0]])
+    jax_hard = qfx.straight_through_argmax(jnp.asarray(logits))
+    jax_grad = jax.grad(lambda z: jnp.sum(qfx.straight_through_argmax(z) * weights))(jnp.asarray(logits))
+    assert tree_allclose((_np(hard), _np(t.grad)), (jax_hard, jax_grad))
+    # Along another axis, under vmap, and as a module.
+    np.testing.assert_array_equal(
+        _np(qt.ArgMax(dim=0)(t)), np.asarray(qfx.straight_through_argmax(logits, axis=0))
+    )
+    vmapped = torch.func.vmap(
+        torch.func.grad(lambda z: (qt.straight_through_argmax(z) * torch.tensor(weights)).sum())
+    )
+    assert tree_allclose(_np(vmapped(t.detach())), jax_grad)
+    assert tree_allclose(jax.vmap(qfx.straight_through_argmax)(logits), _np(hard))
+    # Through the bridge: qfx.torch.straight_through_argmax given a JAX array is the JAX function.
+    assert tree_allclose(qt.straight_through_argmax(jnp.asarray(logits)), jax_hard)
+
+
+def test_straight_through_argmax_errors():
+    with pytest.raises(TypeError, match="floating tensor, got dtype torch.int64"):
+        qt.straight_through_argmax(torch.tensor([1, 2]))
+    with pytest.raises(TypeError, match="real floating array, got dtype int32"):
+        qfx.straight_through_argmax(jnp.array([1, 2], jnp.int32))
+    with pytest.raises(ValueError, match="at least one dimension"):
+        qfx.straight_through_argmax(jnp.float32(1.0))
+    with pytest.raises(ValueError, match="axis=2 is out of range for shape \\(3,\\)"):
+        qfx.straight_through_argmax(jnp.ones(3), axis=2)
+
+
+# --- GPU ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@cuda
+def test_cuda_tensors_stay_on_cuda():
+    theta, x = (t.detach().cuda().requires_grad_() for t in _inputs())
+    out = qt.to_torch(scalar)(theta, x)
+    assert out.device == theta.device
+    out.backward()
+    assert theta.grad.device == theta.device
+    a = qt.to_jax(theta)
+    assert a.unsafe_buffer_pointer() == theta.data_ptr()
+    layer = qt.TorchLayer(layer_circuit, SHAPES, device="cuda")
+    assert layer(torch.rand(8, 2, device="cuda")).device.type == "cuda"
