@@ -63,5 +63,7 @@ from ._observables import (
     LinearCombination as LinearCombination,
     PauliWord as PauliWord,
 )
+from ._straight_through import straight_through_argmax as straight_through_argmax
+from ._tensornet import amplitude as amplitude, TensorNetwork as TensorNetwork
 
 __version__ = "0.1.0"

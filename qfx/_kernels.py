@@ -9,6 +9,7 @@ one axis of size 2 per target wire in ascending order, so no transposes of the s
 No 2**n x 2**n matrix is ever built.
 """
 
+import functools
 import os
 
 import jax
@@ -25,6 +26,7 @@ from ._observables import Word
 _ELEMENTWISE_MAX_WIRES = 2
 
 
+@functools.cache
 def _memory_limit_bytes() -> int:
     device = jax.devices()[0]
     try:
@@ -207,7 +209,12 @@ def _apply_controlled(state: Array, control, n: int, wire_map) -> Array:
     inner = {w: pos(w) - sum(c < pos(w) for c in cpos) for w in target.wires}
     sub = t[idx].reshape(-1)
     sub = apply_gate(sub, target, n - len(controls), inner)
-    return t.at[idx].set(sub.reshape((2,) * (n - len(controls)))).reshape(state.shape)
+    # A select, not `t.at[idx].set(...)`: XLA CPU (jaxlib 0.10.2) miscompiles that in-place update when
+    # a dense gate's slices of the result follow in the same jit (wrong amplitudes, no error).
+    sub = jnp.expand_dims(sub.reshape((2,) * (n - len(controls))), tuple(cpos))
+    mask = np.zeros([2 if a in value_at else 1 for a in range(n)], dtype=bool)
+    mask[tuple(value_at.get(a, 0) for a in range(n))] = True
+    return jnp.where(mask, sub, t).reshape(state.shape)
 
 
 def run(ops, state: Array, n: int) -> Array:
@@ -215,6 +222,9 @@ def run(ops, state: Array, n: int) -> Array:
     for op in ops:
         if isinstance(op, Repeat):
 
+            # Checkpointed: reverse mode keeps one state per layer and recomputes inside the layer,
+            # instead of saving every gate's intermediates for every layer.
+            @jax.checkpoint
             def layer(s, body):
                 return run(body.ops, s, n), None
 

@@ -18,7 +18,8 @@ from ._circuit import Circuit
 from ._custom_types import complex_dtype, is_concrete, real_dtype
 from ._gates import Hadamard, S
 from ._observables import AbstractObservable, LinearCombination, PauliWord, as_linear_combination
-from .diff import AbstractDiffMethod, Backprop
+from ._tensornet import TensorNetwork, backend_expval, backend_probs
+from .diff import AbstractDiffMethod, Backprop, Expectation
 
 _BACKPROP = Backprop()
 
@@ -35,9 +36,9 @@ def _check_diff(diff, fn: str) -> None:
 
 def _initial_state(circuit: Circuit, initial_state) -> Array:
     n = circuit.num_wires
-    K.check_fits(n)
     if initial_state is None:
         return K.zero_state(n)
+    K.check_fits(n)
     psi = jnp.asarray(initial_state)
     if psi.shape != (2**n,):
         raise ValueError(
@@ -131,15 +132,19 @@ def _apply_observable(state: Array, lc: LinearCombination, n: int) -> Array:
 
 
 @jax.custom_jvp
-def _sampled(x):
+def _sampled(x, state):
+    # `state` is an argument only so that a tangent flowing from the circuit reaches the rule below:
+    # the sampled values themselves have a zero tangent (indices), which would give silent zeros.
+    del state
     return x
 
 
 @_sampled.defjvp
 def _sampled_jvp(primals, tangents):
     raise ValueError(
-        "A shot-based estimate (shots=...) cannot be differentiated by backpropagation: sampling is not "
-        "differentiable. Use diff=qfx.diff.ParameterShift() for gradients with shots, or shots=None."
+        "A shot-based estimate (shots=...) cannot be differentiated through the simulation (backprop or "
+        "adjoint): sampling is not differentiable. Use diff=qfx.diff.ParameterShift() for gradients with "
+        "shots, or shots=None."
     )
 
 
@@ -174,8 +179,9 @@ def _estimates(state, lcs, key, shots: int, n: int) -> Array:
         keys = jax.random.split(key, len(lc.terms) + 1)
         key = keys[0]
         vals = [_term_estimate(state, t, kt, shots, n) for t, kt in zip(lc.terms, keys[1:])]
-        out.append(jnp.dot(lc.coeffs, jnp.stack(vals)))
-    return _sampled(jnp.stack(out))
+        # Sampling is marked per term, so the estimate stays differentiable in the coefficients.
+        out.append(jnp.dot(lc.coeffs, _sampled(jnp.stack(vals), state)))
+    return jnp.stack(out)
 
 
 def _check_shots(shots, key, fn: str):
@@ -201,6 +207,7 @@ def probs(
     *,
     initial_state: ArrayLike | None = None,
     diff: AbstractDiffMethod = _BACKPROP,
+    backend: TensorNetwork | None = None,
 ) -> Array:
     """Probabilities of the computational basis states of `wires` (all wires by default), in that order.
 
@@ -209,8 +216,11 @@ def probs(
     _check_circuit(circuit, "probs")
     _check_diff(diff, "probs")
     wires = _check_measured_wires(circuit, wires, "probs")
+    if backend is not None:  # the light cone of `wires` as a tensor network; no state vector
+        return backend_probs(backend, circuit, wires, diff, initial_state=initial_state)
     n = circuit.num_wires
-    return diff(lambda psi, _: K.marginal_probs(psi, wires, n), circuit, _initial_state(circuit, initial_state), None)
+    measure = Expectation(lambda psi, _: K.marginal_probs(psi, wires, n))
+    return diff(measure, circuit, _initial_state(circuit, initial_state), None)
 
 
 def expval(
@@ -221,6 +231,7 @@ def expval(
     shots: int | None = None,
     key: PRNGKeyArray | None = None,
     diff: AbstractDiffMethod = _BACKPROP,
+    backend: TensorNetwork | None = None,
 ) -> Array:
     """The expectation value of an observable, or of each of a list of observables.
 
@@ -231,6 +242,8 @@ def expval(
     - `shots`: if given, an estimate from `shots` measurements of each term (needs `key`).
     - `key`: a PRNG key, keyword-only; required with `shots`.
     - `diff`: the differentiation method.
+    - `backend`: `None` (the state vector) or `qfx.TensorNetwork()`, which contracts each term's light cone
+      and so handles shallow circuits far beyond 30 qubits.
 
     **Returns:** a real scalar, or an array with one value per observable when a list was given.
 
@@ -243,13 +256,17 @@ def expval(
     _check_circuit(circuit, "expval")
     _check_diff(diff, "expval")
     lcs, single = _observables(circuit, observable, "expval")
+    if backend is not None:
+        out = backend_expval(backend, circuit, lcs, diff, initial_state=initial_state, shots=shots)
+        return out[0] if single else out
     n = circuit.num_wires
     psi0 = _initial_state(circuit, initial_state)
     if shots is None:
-        out = diff(lambda psi, obs: _expvals(psi, obs, n), circuit, psi0, lcs)
+        out = diff(Expectation(lambda psi, obs: _expvals(psi, obs, n)), circuit, psi0, lcs)
     else:
         _check_shots(shots, key, "expval")
-        out = diff(lambda psi, a: _estimates(psi, a[0], a[1], shots, n), circuit, psi0, (lcs, key))
+        measure = Expectation(lambda psi, a: _estimates(psi, a[0], a[1], shots, n))
+        out = diff(measure, circuit, psi0, (lcs, key))
     return out[0] if single else out
 
 
@@ -266,11 +283,12 @@ def var(
     lcs, single = _observables(circuit, observable, "var")
     n = circuit.num_wires
 
-    def measure(psi, obs):
+    def moments(psi, obs):  # <O^2> and <O>: both linear in |psi><psi|, so parameter-shift applies
         mean = _expvals(psi, obs, n)
         sq = jnp.stack([jnp.sum(jnp.abs(_apply_observable(psi, o, n)) ** 2) for o in obs]).astype(real_dtype())
-        return sq - mean**2
+        return jnp.stack([sq, mean])
 
+    measure = Expectation(moments, post=lambda m, _: m[0] - m[1] ** 2)
     out = diff(measure, circuit, _initial_state(circuit, initial_state), lcs)
     return out[0] if single else out
 
@@ -287,9 +305,8 @@ def density_matrix(
     _check_diff(diff, "density_matrix")
     wires = _check_measured_wires(circuit, wires, "density_matrix")
     n = circuit.num_wires
-    return diff(
-        lambda psi, _: K.reduced_density_matrix(psi, wires, n), circuit, _initial_state(circuit, initial_state), None
-    )
+    measure = Expectation(lambda psi, _: K.reduced_density_matrix(psi, wires, n))
+    return diff(measure, circuit, _initial_state(circuit, initial_state), None)
 
 
 def sample(

@@ -1,4 +1,4 @@
-"""The differentiation-method interface, and backpropagation (the default)."""
+"""The differentiation-method interface, the `Expectation` marker, and backpropagation (the default)."""
 
 import abc
 from collections.abc import Callable
@@ -14,6 +14,40 @@ from .._kernels import run
 Measure = Callable[[Array, PyTree], Array]
 
 
+class Expectation(eqx.Module):
+    """Marks a measurement whose value is linear in the density matrix `|psi><psi|`, then post-processed.
+
+    Expectation values, probabilities, reduced density matrices and unbiased shot estimates of them are
+    such measurements: as a function of one gate parameter each is a trigonometric polynomial with the
+    frequencies of the gate's generator, which is what a parameter-shift rule needs. The final state
+    itself is not (its frequencies are halved), nor is a variance (a product of two expectations). A
+    variance is `Expectation(moments, post=lambda m, args: m[0] - m[1] ** 2)` with
+    `moments = (<O^2>, <O>)`: parameter-shift differentiates the moments and JAX the post-processing.
+
+    Methods other than `qfx.diff.ParameterShift` treat it as the plain function
+    `post(fn(final_state, args), args)`.
+
+    **Arguments:**
+
+    - `fn`: `fn(final_state, args) -> array`, linear in `|psi><psi|`.
+    - `post`: optional `post(values, args) -> array`, any differentiable JAX function.
+    """
+
+    fn: Measure = eqx.field(static=True)
+    post: Callable[[Array, PyTree], Array] | None = eqx.field(static=True, default=None)
+
+    def __call__(self, psi: Array, args: PyTree) -> Array:
+        out = self.fn(psi, args)
+        return out if self.post is None else self.post(out, args)
+
+
+def check_batch_size(method: str, batch_size) -> None:
+    if batch_size is not None and (
+        not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1
+    ):
+        raise ValueError(f"qfx.diff.{method}: batch_size must be a positive int or None, got {batch_size!r}.")
+
+
 class AbstractDiffMethod(eqx.Module):
     """How `qfx.expval`, `qfx.probs`, ... are differentiated. Passed as `diff=`; never a global switch."""
 
@@ -26,8 +60,8 @@ class AbstractDiffMethod(eqx.Module):
 class Backprop(AbstractDiffMethod):
     """JAX's own autodiff through the simulation: any order, any transformation. The default.
 
-    Memory grows with depth in reverse mode (JAX keeps the intermediate states), except across
-    `Repeat` blocks, where `lax.scan` keeps one state per layer.
+    Memory grows with depth in reverse mode (JAX keeps the intermediate states). Inside `Repeat` blocks
+    each layer is checkpointed: one state is kept per layer and the layer is recomputed backwards.
     """
 
     def __call__(self, measure, circuit, initial_state, args):

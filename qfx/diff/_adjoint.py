@@ -1,0 +1,178 @@
+"""The adjoint method: reverse mode that un-applies gates instead of storing intermediate states."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array
+
+from .._circuit import Repeat
+from .._kernels import apply_gate, run
+from ._base import AbstractDiffMethod
+from ._shifts import from_real_coordinates, real_coordinates
+
+
+def _gate_step(gate, psi: Array, bra: Array, n: int) -> tuple[Array, Array, list[Array]]:
+    """One gate backwards: the state and bra before it, and its parameter cotangents.
+
+    `psi` is the state after the gate and `bra` the conjugate of its cotangent. The gate `U` is un-applied
+    (`U^dagger`, through the same kernel) to both: to `psi` to recover the state before the gate, and to
+    `bra` to move it back past the gate (the cotangent of `U psi` is `U^T lam = conj(U^dagger conj(lam))`
+    in JAX's convention). The parameter cotangents are `jax.vjp` of the gate-application path with respect
+    to the gate alone, at the state before it: this works for every gate (`QubitUnitary` entries too).
+    """
+    inverse = gate.adjoint()
+    psi_before = apply_gate(psi, inverse, n)
+    leaves = []
+    if jax.tree.leaves(gate):
+        _, vjp = jax.vjp(lambda g: apply_gate(psi_before, g, n), gate)
+        (gate_bar,) = vjp(bra.conj())
+        leaves = jax.tree.leaves(gate_bar)
+    return psi_before, apply_gate(bra, inverse, n), leaves
+
+
+def _real_view(leaves: list[Array], dtype) -> Array:
+    """Cotangent leaves packed as one real vector (a `lax.switch` branch output has one fixed type)."""
+    parts = [real_coordinates(x).astype(dtype) for x in leaves]
+    return jnp.concatenate(parts) if parts else jnp.zeros((0,), dtype)
+
+
+def _from_real_view(v: Array, like: list[Array]) -> list[Array]:
+    sizes = [x.size * (2 if jnp.iscomplexobj(x) else 1) for x in like]
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    return [from_real_coordinates(v[a : a + s], x) for a, s, x in zip(starts, sizes, like, strict=True)]
+
+
+def _gates_backward(gates, psi: Array, bra: Array, n: int) -> tuple[list[list[Array]], Array, Array]:
+    """A run of gates backwards, one gate per step of a `lax.scan` that `lax.switch`es on the gate.
+
+    Unrolled in one program, XLA CPU fuses runs of elementwise gates (diagonal ones) into every consumer,
+    recomputing them, and schedules all parameter reductions after all un-applies, so that about one state
+    per gate is alive at once. One gate per loop step keeps a few states alive and computes each once.
+    """
+    if len(gates) == 1:
+        psi, bra, leaves = _gate_step(gates[0], psi, bra, n)
+        return [leaves], psi, bra
+    like = [jax.tree.leaves(g) for g in gates]
+    reals = [x.real.dtype if jnp.iscomplexobj(x) else x.dtype for ls in like for x in ls]
+    dtype = max(reals, key=lambda d: d.itemsize) if reals else psi.real.dtype
+    width = max(_real_view(ls, dtype).shape[0] for ls in like)
+
+    def branch(gate):
+        def step(psi, bra):
+            psi, bra, leaves = _gate_step(gate, psi, bra, n)
+            packed = _real_view(leaves, dtype)
+            return psi, bra, jnp.pad(packed, (0, width - packed.shape[0]))
+
+        return step
+
+    branches = [branch(g) for g in reversed(gates)]
+
+    def body(carry, k):
+        psi, bra, packed = jax.lax.switch(k, branches, *carry)
+        return (psi, bra), packed
+
+    (psi, bra), packed = jax.lax.scan(body, (psi, bra), jnp.arange(len(gates)))
+    count = len(gates)
+    leaves = [_from_real_view(packed[count - 1 - i], like[i]) for i in range(count)]
+    return leaves, psi, bra
+
+
+def _backward(ops, psi: Array, bra: Array, n: int) -> tuple[list[Array], Array, Array]:
+    """Walks `ops` backwards from `psi`, the state after them, and `bra`, the conjugate of its cotangent.
+
+    Runs of gates go through `_gates_backward`; `Repeat` blocks are walked by a reverse `lax.scan` over
+    their layers. Only a few state vectors are live at a time, whatever the depth.
+
+    **Returns:** the cotangent leaves of `ops` (in the order of `jax.tree.leaves(ops)`), and the state and
+    the bra before `ops`.
+    """
+    cotangents: list = [None] * len(ops)
+    stop = len(ops)
+    while stop > 0:
+        op = ops[stop - 1]
+        if isinstance(op, Repeat):
+
+            def layer(carry, body):
+                leaves, psi_, bra_ = _backward(body.ops, *carry, n)
+                return (psi_, bra_), leaves
+
+            (psi, bra), cotangents[stop - 1] = jax.lax.scan(
+                layer, (psi, bra), op.body, length=op.length, reverse=True
+            )
+            stop -= 1
+            continue
+        start = stop
+        while start > 0 and not isinstance(ops[start - 1], Repeat):
+            start -= 1
+        cotangents[start:stop], psi, bra = _gates_backward(ops[start:stop], psi, bra, n)
+        stop = start
+    return [leaf for leaves in cotangents for leaf in leaves], psi, bra
+
+
+_FORWARD_MODE_MESSAGE = (
+    "qfx.diff.Adjoint() is a reverse-mode method (a jax.custom_vjp), so forward-mode differentiation "
+    "(jax.jvp, jax.jacfwd) of it is not supported. Use jax.grad or jax.jacrev (jax.hessian works: it is "
+    "forward-over-reverse), or diff=qfx.diff.ParameterShift() or qfx.diff.Backprop() for forward mode."
+)
+
+
+class Adjoint(AbstractDiffMethod):
+    """The adjoint method: reverse-mode derivatives in memory that does not grow with depth.
+
+    The forward pass keeps only the final state. The backward pass starts from the bra
+    `<psi| dmeasure/dpsi` (one state, whatever the number of observables or terms: it is the cotangent-
+    weighted sum) and walks the circuit backwards, un-applying each gate to recover the state before it
+    and taking that gate's parameter cotangents there; `Repeat` blocks are walked by a reverse
+    `lax.scan`. It holds a few state vectors, against about one per parametric gate for backprop.
+
+    Gradients flow to gate parameters (`QubitUnitary` entries included), `initial_state` and the
+    observables' leaves (coefficients, `Hermitian` matrices).
+
+    Higher orders: the backward pass is itself JAX code, so `jax.hessian` (forward-over-reverse) and
+    `jax.grad` of `jax.grad` work and equal backprop's. Forward mode alone (`jax.jvp`, `jax.jacfwd`)
+    is not available for a `jax.custom_vjp` and raises a `TypeError`; use `jax.jacrev`, or another
+    method. Shot-based estimates cannot be differentiated with it (use `qfx.diff.ParameterShift()`).
+
+    ```python
+    circ = qfx.Circuit([qfx.RX(0.3, wires=0), qfx.CNOT(wires=(0, 1))])
+    jax.grad(lambda c: qfx.expval(c, qfx.Z(1), diff=qfx.diff.Adjoint()))(circ)
+    ```
+    """
+
+    def __call__(self, measure, circuit, initial_state, args):
+        n = circuit.num_wires
+        params, params_static = eqx.partition(circuit, eqx.is_inexact_array)
+        args_diff, args_rest = eqx.partition(args, eqx.is_inexact_array)
+        # Keys and other non-float arrays in `args` are passed in (not closed over), as vmap may batch them.
+        args_arrays, args_static = eqx.partition(args_rest, eqx.is_array)
+
+        def simulate(params, psi0):
+            return run(eqx.combine(params, params_static).ops, psi0, n)
+
+        def measure_diff(psi, args_diff, args_arrays):
+            return measure(psi, eqx.combine(args_diff, args_arrays, args_static))
+
+        @jax.custom_vjp
+        def adjoint(params, psi0, args_diff, args_arrays):
+            return measure_diff(simulate(params, psi0), args_diff, args_arrays)
+
+        def forward(params, psi0, args_diff, args_arrays):
+            psi = simulate(params, psi0)
+            return measure_diff(psi, args_diff, args_arrays), (params, psi, args_diff, args_arrays)
+
+        def backward(residuals, ct):
+            params, psi, args_diff, args_arrays = residuals
+            _, measure_vjp = jax.vjp(lambda s, a: measure_diff(s, a, args_arrays), psi, args_diff)
+            psi_bar, args_bar = measure_vjp(ct)
+            leaves, _, bra0 = _backward(eqx.combine(params, params_static).ops, psi, psi_bar.conj(), n)
+            params_bar = jax.tree.unflatten(jax.tree.structure(params), leaves)
+            return params_bar, bra0.conj(), args_bar, None
+
+        adjoint.defvjp(forward, backward)
+        try:
+            return adjoint(params, initial_state, args_diff, args_arrays)
+        except TypeError as e:
+            # Raised here eagerly and under vmap; under jit JAX raises its own TypeError later.
+            if "forward-mode" in str(e):
+                raise TypeError(_FORWARD_MODE_MESSAGE) from e
+            raise

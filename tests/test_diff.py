@@ -1,0 +1,470 @@
+"""The differentiation methods: Backprop, Adjoint, ParameterShift and FiniteDiff.
+
+Every method is checked against the dense NumPy reference's finite differences and against the others,
+for gradients, Jacobians (several observables) and Hessians, under jit, vmap(grad), grad(vmap) and
+jacfwd, over scanned layers; with shots, parameter-shift is checked to be an unbiased estimator. Tests
+that the custom rules ran inspect the traced program. Compilation dominates the run time, so circuits are
+small and each test compiles few functions.
+"""
+
+import equinox as eqx
+import jax
+import jax.extend
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import qfx
+from qfx.diff import _adjoint, _finite_diff, _parameter_shift
+
+from . import reference as ref
+from .helpers import ALL_GATES, ANGLE_GATES, central_difference, random_circuit, random_unitary, tree_allclose
+
+METHODS = {
+    "backprop": qfx.diff.Backprop(),
+    "adjoint": qfx.diff.Adjoint(),
+    "parameter_shift": qfx.diff.ParameterShift(),
+    "finite_diff": qfx.diff.FiniteDiff(),
+}
+# Agreement with the reference, by dtype. Finite differences are a baseline: at the default step
+# h = eps**(1/3) their error is about h**2 / 6 + (rounding of f) / h.
+TOL = {"complex64": 1e-5, "complex128": 1e-9}
+FD_TOL = {"complex64": 2e-3, "complex128": 1e-8}
+
+
+def _tol(method: str, dtype: str) -> float:
+    return FD_TOL[dtype] if method == "finite_diff" else TOL[dtype]
+
+
+def _dtype() -> str:
+    return "complex128" if jax.config.read("jax_enable_x64") else "complex64"
+
+
+# --- circuits as functions of a flat parameter vector --------------------------------------------
+
+
+class Flat:
+    """A circuit as a function of the flat vector of its real leaves; complex leaves stay fixed."""
+
+    def __init__(self, circuit: qfx.Circuit):
+        self.circuit = circuit
+        leaves, self.treedef = jax.tree.flatten(circuit)
+        self.real = [not jnp.iscomplexobj(x) for x in leaves]
+        self.leaves = leaves
+        self.shapes = [x.shape for x, r in zip(leaves, self.real, strict=True) if r]
+        self.theta = np.concatenate(
+            [np.asarray(x, np.float64).ravel() for x, r in zip(leaves, self.real, strict=True) if r]
+        )
+
+    def _build(self, theta, cast):
+        sizes = [int(np.prod(s)) for s in self.shapes]
+        parts = iter(
+            theta[a:b].reshape(s)
+            for a, b, s in zip(np.cumsum([0] + sizes)[:-1], np.cumsum(sizes), self.shapes, strict=True)
+        )
+        return jax.tree.unflatten(
+            self.treedef, [next(parts) if r else cast(x) for x, r in zip(self.leaves, self.real, strict=True)]
+        )
+
+    def __call__(self, theta):
+        """The qfx circuit (inside jit)."""
+        return self._build(theta, lambda x: x)
+
+    def reference(self, theta):
+        """The same circuit with float64 / complex128 NumPy leaves, for the reference simulator."""
+        return self._build(np.asarray(theta, np.float64), lambda x: np.asarray(x, np.complex128))
+
+
+def _observables(rng):
+    h = rng.normal(size=(2, 2)) + 1j * rng.normal(size=(2, 2))
+    herm = qfx.Hermitian(h + h.conj().T, wires=1)
+    h1 = 0.7 * qfx.Z(0) @ qfx.Z(1) - 0.4 * qfx.X(2) + 0.3 * qfx.Y(0) @ qfx.X(2) + 0.5 * herm
+    return [h1, qfx.Z(2), qfx.X(0) @ qfx.Y(1)]
+
+
+def _test_circuit(seed: int, n: int = 3) -> qfx.Circuit:
+    """A random circuit of angle gates around a scanned block of two random layers."""
+    rng = np.random.default_rng(seed)
+    head = random_circuit(rng, n, 6, ANGLE_GATES)
+    layer = random_circuit(rng, n, 3, ANGLE_GATES) + qfx.Circuit([qfx.CRY(rng.uniform(-3, 3), (2, 0))], n)
+    stacked = jax.tree.map(lambda x: jnp.stack([x, x + 0.4]), layer)
+    tail = random_circuit(rng, n, 4, ANGLE_GATES)
+    return qfx.Circuit(head.ops + (qfx.Repeat(stacked),) + tail.ops, n)
+
+
+# --- gradient and Jacobian against the reference --------------------------------------------------
+
+
+def _jacobian_fn(method: str, flat: Flat, observables: tuple):
+    diff = METHODS[method]
+    f = lambda th: qfx.expval(flat(th), list(observables), diff=diff)  # noqa: E731
+    return jax.jit(jax.jacrev(f))
+
+
+@pytest.mark.parametrize("precision", ["complex64", "complex128"])
+def test_jacobian_matches_reference(precision, request):
+    if precision == "complex128":
+        request.getfixturevalue("x64")
+    flat = Flat(_test_circuit(seed=1))
+    observables = tuple(_observables(np.random.default_rng(2)))
+    expected = np.stack(
+        [
+            central_difference(lambda th, o=o: ref.expval(flat.reference(th), o), flat.theta, eps=1e-5)
+            for o in observables
+        ]
+    )
+    theta = jnp.asarray(flat.theta, jax.dtypes.canonicalize_dtype(jnp.float64))
+    results = {m: np.asarray(_jacobian_fn(m, flat, observables)(theta)) for m in METHODS}
+    for method, jac in results.items():
+        tol = _tol(method, precision)
+        assert jac.shape == (3, flat.theta.size)
+        assert tree_allclose(jac, expected, rtol=tol, atol=tol), (method, np.max(np.abs(jac - expected)))
+    for method in ("adjoint", "parameter_shift"):
+        tol = TOL[precision]
+        assert tree_allclose(results[method], results["backprop"], rtol=tol, atol=tol), method
+
+
+def test_every_gate(x64):
+    """Each gate of the battery once: shift rules, un-applying and differences against the reference.
+    The QubitUnitary entries stay fixed (parameter-shift has no rule for them)."""
+    rng = np.random.default_rng(3)
+    ops = []
+    for k, make in ALL_GATES.values():
+        wires = tuple(int(w) for w in rng.permutation(3)[:k])
+        ops.append(make(rng, wires if k > 1 else wires[0]))
+    flat = Flat(qfx.Circuit(ops, 3))
+    obs = _observables(rng)[0]
+    expected = central_difference(lambda th: ref.expval(flat.reference(th), obs), flat.theta, eps=1e-5)
+    theta = jnp.asarray(flat.theta)
+    for method in ("adjoint", "parameter_shift"):  # the methods with per-gate logic
+        diff = METHODS[method]
+        grad = jax.jit(jax.grad(lambda th, diff=diff: qfx.expval(flat(th), obs, diff=diff)))(theta)
+        tol = _tol(method, "complex128")
+        assert tree_allclose(np.asarray(grad), expected, rtol=tol, atol=tol), (
+            method,
+            np.abs(grad - expected).max(),
+        )
+
+
+# --- Hessians ------------------------------------------------------------------------------------
+
+
+def _reference_hessian(f, theta, eps=2e-4):
+    p = theta.size
+    out = np.zeros((p, p))
+    for i in range(p):
+        for j in range(p):
+            vals = []
+            for si, sj in ((1, 1), (1, -1), (-1, 1), (-1, -1)):
+                x = theta.copy()
+                x[i] += si * eps
+                x[j] += sj * eps
+                vals.append(si * sj * f(x))
+            out[i, j] = sum(vals) / (4 * eps**2)
+    return out
+
+
+def test_hessian(x64):
+    """All methods give the same Hessian: the custom rules are JAX code (adjoint backward) or apply to
+    their own derivatives (shift rules), so second order is exact, and equal to backprop's."""
+    rng = np.random.default_rng(4)
+    layers = qfx.repeat(
+        lambda t: [qfx.RY(t[0], 0), qfx.CRX(t[1], (0, 1)), qfx.IsingXY(t[2], (1, 2)), qfx.CNOT((2, 0))],
+        jnp.asarray(rng.uniform(-np.pi, np.pi, (2, 3))),
+        num_wires=3,
+    )
+    head = [qfx.H(0), qfx.Rot(0.3, -0.5, 1.1, wires=1)]
+    flat = Flat(qfx.Circuit(head + [layers, qfx.Adjoint(qfx.U3(0.2, 0.6, -0.9, wires=2))], 3))
+    obs = _observables(rng)[0]
+    expected = _reference_hessian(lambda th: ref.expval(flat.reference(th), obs), flat.theta)
+    theta = jnp.asarray(flat.theta)
+    methods = dict(METHODS, finite_diff=qfx.diff.FiniteDiff(step=1e-4))  # a larger step for 2nd order
+    hessians = {}
+    for method, diff in methods.items():
+        hessians[method] = np.asarray(
+            jax.jit(jax.hessian(lambda th, diff=diff: qfx.expval(flat(th), obs, diff=diff)))(theta)
+        )
+        assert tree_allclose(hessians[method], expected, rtol=1e-6, atol=1e-6), method
+    for method in ("adjoint", "parameter_shift"):
+        assert tree_allclose(hessians[method], hessians["backprop"], rtol=1e-9, atol=1e-9), method
+
+
+def test_adjoint_reverse_over_reverse(x64):
+    """grad of grad differentiates the adjoint's backward walk by backprop: it equals backprop's Hessian."""
+    theta = jnp.asarray(np.random.default_rng(9).uniform(-np.pi, np.pi, 6))
+    expected = jax.jit(jax.hessian(_small(qfx.diff.Backprop())))(theta)
+    got = jax.jit(jax.jacrev(jax.grad(_small(qfx.diff.Adjoint()))))(theta)
+    assert tree_allclose(got, expected, rtol=1e-9, atol=1e-9)
+
+
+# --- transformations ------------------------------------------------------------------------------
+
+
+def _small_circuit(theta) -> qfx.Circuit:
+    block = qfx.repeat(
+        lambda t: [qfx.RY(t[0], 0), qfx.CRZ(t[1], (0, 1))], theta[2:].reshape(2, 2), num_wires=2
+    )
+    return qfx.Circuit([qfx.RX(theta[0], 0), qfx.IsingZZ(theta[1], (0, 1)), block, qfx.RY(theta[0], 1)], 2)
+
+
+def _small_obs() -> qfx.LinearCombination:
+    return 0.6 * qfx.X(0) @ qfx.Z(1) + qfx.Y(1)
+
+
+def _small(diff):
+    return lambda th: qfx.expval(_small_circuit(th), _small_obs(), diff=diff)
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_transformations(method):
+    diff = METHODS[method]
+    tol = _tol(method, "complex64")
+    thetas = jnp.asarray(np.random.default_rng(5).uniform(-np.pi, np.pi, (3, 6)), jnp.float32)
+    exact = jax.jit(jax.vmap(jax.grad(_small(qfx.diff.Backprop()))))(thetas)
+
+    traces = []
+
+    def f(th):
+        traces.append(None)
+        return _small(diff)(th)
+
+    jit_grad = jax.jit(jax.grad(f))
+    for i in range(3):  # new parameter values never recompile
+        assert tree_allclose(jit_grad(thetas[i]), exact[i], rtol=tol, atol=tol)
+    assert len(traces) == 1
+
+    assert tree_allclose(jax.jit(jax.vmap(jax.grad(_small(diff))))(thetas), exact, rtol=tol, atol=tol)
+    grad_vmap = jax.jit(jax.grad(lambda ths: jnp.sum(jax.vmap(_small(diff))(ths))))
+    assert tree_allclose(grad_vmap(thetas), exact, rtol=tol, atol=tol)
+    if method == "adjoint":
+        with pytest.raises(TypeError, match="reverse-mode"):
+            jax.jacfwd(_small(diff))(thetas[0])
+    else:
+        assert tree_allclose(jax.jit(jax.jacfwd(_small(diff)))(thetas[0]), exact[0], rtol=tol, atol=tol)
+
+
+# --- other measurements, coefficients, the circuit pytree -----------------------------------------
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_probs_var_density_matrix_coefficients(method, x64):
+    """Jacobians of probs, var and density_matrix, and gradients with respect to observable coefficients
+    and Hermitian entries, against backprop."""
+    diff = METHODS[method]
+    theta = jnp.asarray(np.random.default_rng(6).uniform(-np.pi, np.pi, 6))
+    obs = _small_obs() + 0.3 * qfx.Hermitian(np.array([[1.0, 0.5j], [-0.5j, -0.2]]), wires=0)
+
+    def measurements(diff):
+        def f(th, obs):
+            c = _small_circuit(th)
+            rho = qfx.density_matrix(c, wires=1, diff=diff)
+            out = (
+                qfx.probs(c, wires=(1, 0), diff=diff),
+                qfx.var(c, [obs, qfx.Z(0)], diff=diff),
+                rho.real,
+                rho.imag,
+            )
+            if method != "parameter_shift":  # no shift rule for amplitudes (an error, tested below)
+                psi = qfx.state(c, diff=diff)
+                out += (psi.real, psi.imag)
+            return out
+
+        def jacobians(th, obs):
+            jac = (jax.jacrev if method == "adjoint" else jax.jacfwd)(f)(th, obs)
+            d_obs = jax.grad(lambda o: qfx.expval(_small_circuit(th), o, diff=diff))(obs)
+            return jac, d_obs
+
+        return jax.jit(jacobians)
+
+    tol = _tol(method, "complex128")
+    got = measurements(diff)(theta, obs)
+    want = measurements(qfx.diff.Backprop())(theta, obs)
+    assert tree_allclose(got, want, rtol=tol, atol=tol)
+    # d<O>/dc_k = <term_k>, from the reference.
+    psi = ref.final_state(_small_circuit(np.asarray(theta)))
+    terms = [ref.observable_matrix(t, 2) for t in obs.terms]
+    assert tree_allclose(got[1].coeffs, np.array([np.real(psi.conj() @ m @ psi) for m in terms]), atol=tol)
+
+
+def test_gradient_with_respect_to_the_circuit_pytree():
+    """jax.grad of a circuit returns a circuit; Adjoint gives cotangents for QubitUnitary entries and
+    initial_state too."""
+    rng = np.random.default_rng(7)
+    u = qfx.QubitUnitary(random_unitary(rng, 4), wires=(0, 1))
+    circ = qfx.Circuit(
+        [qfx.RX(0.4, 0), u, qfx.repeat(lambda t: [qfx.RY(t, 1)], jnp.array([0.1, 0.2, 0.3]))], 2
+    )
+    psi0 = jnp.asarray(ref.final_state(qfx.Circuit([qfx.H(0), qfx.RY(0.3, 1)], 2)), jnp.complex64)
+
+    def f(diff):
+        return jax.jit(
+            jax.grad(lambda c, s: qfx.expval(c, _small_obs(), initial_state=s, diff=diff), argnums=(0, 1))
+        )
+
+    got = f(qfx.diff.Adjoint())(circ, psi0)
+    assert isinstance(got[0], qfx.Circuit)
+    assert tree_allclose(got, f(qfx.diff.Backprop())(circ, psi0), rtol=1e-5, atol=1e-5)
+
+
+# --- shots ------------------------------------------------------------------------------------------
+
+
+def test_parameter_shift_with_shots_is_unbiased():
+    """The shot-based parameter-shift gradient (and coefficient gradient) averages to the exact one.
+
+    Each shifted evaluation is an independent mean of `shots` samples per term of variance at most
+    coeff**2, so a gradient entry with rule terms c_k has variance at most sum_k c_k**2 * sum_t coeff_t**2
+    / shots; the mean over `repeats` keys stays within 5 of its standard deviations.
+    """
+    shots, repeats = 100, 1000
+    obs = qfx.Z(0) @ qfx.Z(1) + 0.5 * qfx.X(1)
+    theta = jnp.asarray([0.3, -0.8, 1.2, 0.5], jnp.float32)
+
+    def circuit(th):
+        return qfx.Circuit(
+            [qfx.RX(th[0], 0), qfx.RY(th[1], 1), qfx.CRX(th[2], (0, 1)), qfx.RZ(th[3], 1), qfx.H(0)]
+        )
+
+    def estimate(th, obs, key):
+        return qfx.expval(circuit(th), obs, shots=shots, key=key, diff=qfx.diff.ParameterShift())
+
+    keys = jax.random.split(jax.random.key(0), repeats)
+    d_theta, d_obs = jax.jit(jax.vmap(jax.grad(estimate, argnums=(0, 1)), in_axes=(None, None, 0)))(
+        theta, obs, keys
+    )
+    exact_theta, exact_obs = jax.grad(lambda th, o: qfx.expval(circuit(th), o), argnums=(0, 1))(theta, obs)
+
+    coeff_sq = float(jnp.sum(obs.coeffs**2))
+    rule_sq = np.array([0.5, 0.5, 2 * sum(c**2 for c, _ in _FOUR_TERM[:2]), 0.5])
+    bound = np.sqrt(rule_sq * coeff_sq / shots)
+    assert np.all(np.std(np.asarray(d_theta), axis=0) > 0.1 * bound)  # it is an estimator, not exact
+    assert np.all(np.std(np.asarray(d_theta), axis=0) < 1.2 * bound)
+    assert np.all(np.abs(np.mean(d_theta, axis=0) - exact_theta) < 5 * bound / np.sqrt(repeats))
+    # d<O>/dc_t is the estimate of term t: variance at most 1 / shots.
+    err = np.abs(np.mean(d_obs.coeffs, axis=0) - exact_obs.coeffs)
+    assert np.all(err < 5 / np.sqrt(shots * repeats))
+
+
+_FOUR_TERM = qfx.CRX.shift_rules[0]
+
+
+def test_parameter_shift_hessian_with_shots():
+    """Second-order shifts with shots: each shifted evaluation of the shifted evaluations draws fresh keys."""
+    shots, repeats = 200, 300
+    theta = jnp.asarray([0.3, -0.8], jnp.float32)
+
+    def f(th, key=None, shots=None):
+        c = qfx.Circuit([qfx.RX(th[0], 0), qfx.CNOT((0, 1)), qfx.RY(th[1], 1)])
+        return qfx.expval(c, qfx.Z(1), shots=shots, key=key, diff=qfx.diff.ParameterShift())
+
+    keys = jax.random.split(jax.random.key(1), repeats)
+    hess = jax.jit(jax.vmap(jax.hessian(f), in_axes=(None, 0, None)), static_argnums=2)(theta, keys, shots)
+    exact = jax.hessian(f)(theta)
+    bound = 0.25 * 2 / np.sqrt(shots)  # four terms of coefficient +-1/4, each of variance <= 1 / shots
+    assert np.all(np.abs(np.mean(hess, axis=0) - exact) < 5 * bound / np.sqrt(repeats))
+    assert np.all(np.std(np.asarray(hess), axis=0) > 0)
+
+
+# --- the custom rules ran ---------------------------------------------------------------------------
+
+
+def _shapes(jaxpr) -> list[tuple[int, ...]]:
+    """The shapes of all values in a jaxpr, sub-jaxprs (scan bodies, custom rules) included."""
+    out = []
+    for eqn in jaxpr.eqns:
+        out += [tuple(v.aval.shape) for v in eqn.outvars if hasattr(v.aval, "shape")]
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            out += _shapes(sub)
+    return out
+
+
+def test_adjoint_keeps_no_intermediate_states(monkeypatch):
+    """Backprop's program stacks a state per scanned layer; the adjoint's has no such array, and its
+    backward walk ran."""
+    n, layers = 4, 7
+    thetas = jnp.asarray(np.random.default_rng(8).uniform(-np.pi, np.pi, (layers, n)), jnp.float32)
+
+    def f(th, diff):
+        body = qfx.repeat(
+            lambda t: [qfx.RY(t[i], i) for i in range(n)] + [qfx.CNOT((i, i + 1)) for i in range(n - 1)], th
+        )
+        return qfx.expval(qfx.Circuit([body], n), sum(qfx.Z(i) for i in range(n)), diff=diff)
+
+    calls = []
+    backward = _adjoint._backward
+    monkeypatch.setattr(_adjoint, "_backward", lambda *a: calls.append(None) or backward(*a))
+
+    def stacked_states(diff):
+        jaxpr = jax.make_jaxpr(jax.grad(f), static_argnums=1)(thetas, diff)
+        return [
+            s for s in _shapes(jaxpr.jaxpr) if s and s[0] == layers and np.prod(s) >= layers * 2 ** (n - 1)
+        ]
+
+    assert stacked_states(qfx.diff.Backprop())
+    assert not calls
+    assert not stacked_states(qfx.diff.Adjoint())
+    assert calls
+
+
+@pytest.mark.parametrize("method", ["parameter_shift", "finite_diff"])
+def test_shift_rule_ran(method, monkeypatch):
+    module = {"parameter_shift": _parameter_shift, "finite_diff": _finite_diff}[method]
+    calls = []
+    engine = module.shifted_jvp
+    monkeypatch.setattr(module, "shifted_jvp", lambda *a: calls.append(None) or engine(*a))
+    theta = jnp.zeros(6, jnp.float32)
+    jax.make_jaxpr(jax.grad(_small(METHODS[method])))(theta)
+    assert len(calls) == 1
+    jax.make_jaxpr(jax.hessian(_small(METHODS[method])))(theta)
+    assert len(calls) >= 3  # the rule applied to its own evaluations
+    # Evaluations in chunks (lax.map) give the same gradient as one vmap.
+    chunked = {
+        "parameter_shift": qfx.diff.ParameterShift(batch_size=5),
+        "finite_diff": qfx.diff.FiniteDiff(batch_size=5),
+    }
+    theta = jnp.linspace(-1.0, 1.0, 6, dtype=jnp.float32)
+    assert tree_allclose(
+        jax.jit(jax.grad(_small(chunked[method])))(theta), jax.jit(jax.grad(_small(METHODS[method])))(theta)
+    )
+
+
+# --- errors -----------------------------------------------------------------------------------------
+
+
+def test_errors():
+    circ = _small_circuit(jnp.zeros(6, jnp.float32))
+    ps = qfx.diff.ParameterShift()
+
+    def grad_circuit(f):
+        return jax.grad(f)(circ)
+
+    with pytest.raises(ValueError, match="linear in"):
+        grad_circuit(lambda c: jnp.real(qfx.state(c, diff=ps)[0]))
+    with pytest.raises(ValueError, match="no shift rule for its parameter 'U'"):
+        u = qfx.Circuit([qfx.QubitUnitary(jnp.eye(2), wires=0)])
+        jax.grad(lambda c: qfx.expval(c, qfx.Z(0), diff=ps))(u)
+    psi0 = jnp.zeros(4, jnp.complex64).at[0].set(1)
+    with pytest.raises(ValueError, match="initial_state"):
+        jax.jvp(lambda s: qfx.expval(circ, qfx.Z(0), initial_state=s, diff=ps), (psi0,), (psi0,))
+    key = jax.random.key(0)
+    with pytest.raises(ValueError, match="shot-based estimate"):
+        grad_circuit(lambda c: qfx.expval(c, qfx.Z(0), shots=10, key=key, diff=qfx.diff.FiniteDiff()))
+    for diff in (qfx.diff.Backprop(), qfx.diff.Adjoint()):
+        with pytest.raises(ValueError, match="through the simulation"):
+            grad_circuit(lambda c, diff=diff: qfx.expval(c, qfx.Z(0), shots=10, key=key, diff=diff))
+    with pytest.raises(TypeError, match="reverse-mode"):
+        jax.jvp(lambda c: qfx.expval(c, qfx.Z(0), diff=qfx.diff.Adjoint()), (circ,), (circ,))
+    with pytest.raises(ValueError, match="step must be a positive float"):
+        qfx.diff.FiniteDiff(step=-1.0)
+    with pytest.raises(ValueError, match="batch_size must be a positive int"):
+        qfx.diff.ParameterShift(batch_size=0)
+    # Evaluating (not differentiating) is fine with every method, and stop_gradient is the way around a
+    # gate without a shift rule.
+    assert jnp.allclose(qfx.state(circ, diff=ps), qfx.state(circ))
+    u = qfx.Circuit([qfx.RX(0.3, 0), qfx.QubitUnitary(jnp.eye(2), wires=0)])
+    g = jax.grad(
+        lambda c: qfx.expval(
+            eqx.tree_at(lambda c: c.ops[1].U, c, replace_fn=jax.lax.stop_gradient), qfx.Z(0), diff=ps
+        )
+    )(u)
+    assert jnp.allclose(g.ops[0].theta, -jnp.sin(0.3)) and jnp.all(g.ops[1].U == 0)
