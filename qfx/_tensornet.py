@@ -39,7 +39,7 @@ from ._gates import AbstractGate
 from ._observables import Hermitian, LinearCombination, PauliWord
 from .diff import AbstractDiffMethod, Backprop, FiniteDiff, ParameterShift
 from .diff._parameter_shift import _gate_rules
-from .diff._shifts import instantiate, is_zero, leaves_with_zeros, shifted_jvp
+from .diff._shifts import check_rules, instantiate, is_zero, leaves_with_zeros, shifted_jvp
 
 _PAULI = {
     "X": np.array([[0, 1], [1, 0]]),
@@ -590,13 +590,13 @@ def _differentiate(diff: AbstractDiffMethod, fn, circuit: Circuit, args, *, line
         params, args_diff = primals
         t_params, t_args = tangents
         if owners is not None:
-            for t, rule, owner in zip(leaves_with_zeros(t_params), rules, owners, strict=True):
-                if rule is None and not is_zero(t):
-                    raise ValueError(
-                        f"qfx.diff.ParameterShift(): {owner}. Differentiate with respect to other leaves "
-                        "only (wrap them in jax.lax.stop_gradient), or use diff=qfx.diff.Backprop() or "
-                        "qfx.diff.FiniteDiff()."
-                    )
+            check_rules(
+                t_params,
+                rules,
+                owners,
+                "Differentiate with respect to other leaves only (wrap them in jax.lax.stop_gradient), "
+                "or use diff=qfx.diff.Backprop() or qfx.diff.FiniteDiff().",
+            )
         out = shifted(*primals)
         t_out = jnp.zeros_like(out)
         if owners is not None and not all(is_zero(t) for t in leaves_with_zeros(t_args)):

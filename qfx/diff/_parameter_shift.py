@@ -8,7 +8,7 @@ from jaxtyping import Array
 from .._circuit import Repeat
 from .._kernels import run
 from ._base import AbstractDiffMethod, Expectation, check_batch_size
-from ._shifts import chunk_size, instantiate, is_zero, leaves_with_zeros, shifted_jvp
+from ._shifts import check_rules, chunk_size, instantiate, is_zero, leaves_with_zeros, shifted_jvp
 
 # Folded into every key before the evaluation number, so shifted evaluations never reuse the keys that
 # the unshifted evaluation draws by splitting the same key.
@@ -136,13 +136,14 @@ class ParameterShift(AbstractDiffMethod):
                 raise ValueError(_NOT_LINEAR)
             if not is_zero(t_psi0):
                 raise ValueError(_INITIAL_STATE)
-            for t, rule, owner in zip(leaves_with_zeros(t_params), rules, owners, strict=True):
-                if rule is None and not is_zero(t):
-                    raise ValueError(
-                        f"qfx.diff.ParameterShift(): {owner}. Differentiate with respect to other leaves "
-                        "only (e.g. wrap it in jax.lax.stop_gradient, or split the circuit with "
-                        "eqx.partition), or use diff=qfx.diff.Adjoint(), Backprop() or FiniteDiff()."
-                    )
+            check_rules(
+                t_params,
+                rules,
+                owners,
+                "Differentiate with respect to other leaves only (e.g. wrap it in jax.lax.stop_gradient, "
+                "or split the circuit with eqx.partition), or use diff=qfx.diff.Adjoint(), Backprop() or "
+                "FiniteDiff().",
+            )
             # The primal through `shifted` itself, so that its own derivatives use the rule too.
             out = shifted(*primals)
             t_out = jnp.zeros_like(out)

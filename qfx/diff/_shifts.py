@@ -31,6 +31,13 @@ def leaves_with_zeros(tree) -> list:
     return jax.tree.leaves(tree, is_leaf=is_zero)
 
 
+def check_rules(t_params: PyTree, rules, owners, advice: str) -> None:
+    """Raises when a parameter whose gate has no shift rule (`rule is None`) would be differentiated."""
+    for t, rule, owner in zip(leaves_with_zeros(t_params), rules, owners, strict=True):
+        if rule is None and not is_zero(t):
+            raise ValueError(f"qfx.diff.ParameterShift(): {owner}. {advice}")
+
+
 def instantiate(tangent: PyTree, primal: PyTree) -> PyTree:
     """Replaces symbolic zeros by zero arrays."""
     return jax.tree.map(lambda t, p: jnp.zeros_like(p) if is_zero(t) else t, tangent, primal, is_leaf=is_zero)
