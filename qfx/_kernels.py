@@ -13,12 +13,14 @@ import functools
 import os
 
 import jax
+from jax.custom_derivatives import SymbolicZero
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array
+import numpy as np
 
 from ._circuit import Repeat
 from ._custom_types import complex_dtype, is_concrete, real_dtype
+from ._fusion import fuse
 from ._gates import AbstractGate, PauliRot
 from ._observables import Word
 
@@ -116,6 +118,64 @@ def _to_sorted_index(order, k: int):
 # --- gate application ---------------------------------------------------------------------------
 
 
+def _dense_slices(view: Array, matrix: Array, axes) -> Array:
+    """The matrix applied to `view` as 2**k elementwise combinations of its 2**k slices: one fused pass."""
+    k = len(axes)
+    subs = [_slice(view, axes, _bits(b, k)) for b in range(2**k)]
+    known = np.asarray(matrix) if is_concrete(matrix) else None
+    outs = []
+    for i in range(2**k):
+        terms = [matrix[i, j] * subs[j] for j in range(2**k) if known is None or known[i, j] != 0]
+        outs.append(sum(terms[1:], terms[0]) if terms else jnp.zeros_like(subs[0]))
+    return _assemble(outs, axes)
+
+
+def _dense_broadcast(view: Array, matrix: Array, axes) -> Array:
+    """The same product as one broadcast multiply and one sum over the input axes.
+
+    Slower forwards than `_dense_slices`, but its transposes are again one multiply and one sum each (with
+    respect to the state, and to the matrix), where the slices' transposes are a pad and a full reduction
+    per matrix entry. It is the form derivatives are taken in.
+    """
+    k = len(axes)
+    # View (.., j1, .., j2, ..) -> (.., 1, j1, .., 1, j2, ..): an output axis before each input axis.
+    expanded, positions = [], []
+    for a, size in enumerate(view.shape):
+        if a in axes:
+            positions.append(len(expanded))
+            expanded += [1, size]
+        else:
+            expanded.append(size)
+    u = matrix.reshape((2,) * 2 * k)  # (i1, i2, .., j1, j2, ..)
+    ushape = [1] * len(expanded)
+    for p in positions:
+        ushape[p] = ushape[p + 1] = 2
+    u = u.transpose([x for m in range(k) for x in (m, k + m)]).reshape(ushape)
+    out = jnp.sum(view.reshape(expanded) * u, axis=tuple(p + 1 for p in positions))
+    return out
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _dense_small(view: Array, matrix: Array, axes) -> Array:
+    return _dense_slices(view, matrix, axes)
+
+
+def _dense_small_jvp(axes, primals, tangents):
+    view, matrix = primals
+    dview, dmatrix = tangents
+    out = _dense_small(view, matrix, axes)
+    # Symbolic zeros are skipped: no pass over the state for an input that is not differentiated.
+    parts = []
+    if not isinstance(dview, SymbolicZero):
+        parts.append(_dense_broadcast(dview, matrix, axes))
+    if not isinstance(dmatrix, SymbolicZero):
+        parts.append(_dense_broadcast(view, dmatrix, axes))
+    return out, sum(parts[1:], parts[0]) if parts else jnp.zeros_like(out)
+
+
+_dense_small.defjvp(_dense_small_jvp, symbolic_zeros=True)
+
+
 def apply_matrix(state: Array, matrix: Array, wires: tuple[int, ...], n: int) -> Array:
     """Applies a `(2**k, 2**k)` matrix (in the order of `wires`) to the flat state."""
     k = len(wires)
@@ -125,15 +185,10 @@ def apply_matrix(state: Array, matrix: Array, wires: tuple[int, ...], n: int) ->
         matrix = matrix.reshape((2,) * 2 * k).transpose(perm).reshape(2**k, 2**k)
     view = state.reshape(shape)
     if k <= _ELEMENTWISE_MAX_WIRES:
-        subs = [_slice(view, axes, _bits(b, k)) for b in range(2**k)]
-        known = np.asarray(matrix) if is_concrete(matrix) else None
-        outs = []
-        for i in range(2**k):
-            terms = [
-                matrix[i, j] * subs[j] for j in range(2**k) if known is None or known[i, j] != 0
-            ]
-            outs.append(sum(terms[1:], terms[0]) if terms else jnp.zeros_like(subs[0]))
-        out = _assemble(outs, axes)
+        if is_concrete(matrix):  # a fixed gate: skip its zero entries, nothing to differentiate
+            out = _dense_slices(view, matrix, axes)
+        else:
+            out = _dense_small(view, matrix, axes)
     else:
         out = jnp.tensordot(matrix.reshape((2,) * 2 * k), view, axes=(list(range(k, 2 * k)), list(axes)))
         out = jnp.moveaxis(out, list(range(k)), list(axes))
@@ -217,11 +272,25 @@ def _apply_controlled(state: Array, control, n: int, wire_map) -> Array:
     return jnp.where(mask, sub, t).reshape(state.shape)
 
 
-def run(ops, state: Array, n: int) -> Array:
-    """Applies a sequence of operations to a flat state; `Repeat` blocks run under `lax.scan`."""
+def fuse_runs(ops, n: int) -> list:
+    """`ops` with each run of consecutive gates fused (see `_fusion.py`); other operations stay in place."""
+    out, run_ = [], []
     for op in ops:
-        if isinstance(op, Repeat):
+        if isinstance(op, AbstractGate):
+            run_.append(op)
+            continue
+        out += fuse(run_, n) + [op]
+        run_ = []
+    return out + fuse(run_, n)
 
+
+def run(ops, state: Array, n: int) -> Array:
+    """Applies a sequence of operations to a flat state; `Repeat` blocks run under `lax.scan`.
+
+    Runs of gates are fused first (a static, trace-time transformation; see `_fusion.py`).
+    """
+    for op in fuse_runs(ops, n):
+        if isinstance(op, Repeat):
             # Checkpointed: reverse mode keeps one state per layer and recomputes inside the layer,
             # instead of saving every gate's intermediates for every layer.
             @jax.checkpoint
@@ -236,27 +305,80 @@ def run(ops, state: Array, n: int) -> Array:
 
 # --- reductions ---------------------------------------------------------------------------------
 
-_PHASES = {"X": (1, 1), "Y": (-1j, 1j), "Z": (1, -1)}
+# Per-letter weights on the bit b of a basis index in `conj(psi[b]) psi[b ^ flips]` (see below).
+_WEIGHTS = {"X": (1, 1), "Y": (-1j, 1j), "Z": (1, -1), "I": (1, 1)}
+# Words on nearby wires are read from the marginal of a window of this many consecutive wires.
+_WINDOW = 10
+
+
+def _windows(words: list[Word], n: int) -> dict[tuple[int, ...], list[int]]:
+    """Groups words by the wires of one marginal that serves them all.
+
+    Words within an aligned window of `_WINDOW` wires share that window's marginal (one pass over the
+    state for the window, not one per word); a word spanning two windows uses the window starting at its
+    first wire when it fits in one, else exactly its own wires.
+    """
+    out: dict[tuple[int, ...], list[int]] = {}
+    for i, word in enumerate(words):
+        ws = [w for w, _ in word]
+        if not ws:
+            key = ()
+        else:
+            lo, hi = min(ws), max(ws)
+            start = lo // _WINDOW * _WINDOW
+            if hi < start + _WINDOW:
+                key = tuple(range(start, min(start + _WINDOW, n)))
+            elif hi - lo < _WINDOW:
+                key = tuple(range(lo, min(lo + _WINDOW, n)))
+            else:
+                key = tuple(sorted(ws))
+        out.setdefault(key, []).append(i)
+    return out
+
+
+def _marginal(c: Array, wires: tuple[int, ...], n: int) -> Array:
+    """`c` summed over every wire not in `wires` (sorted), flattened."""
+    if not wires:
+        return jnp.sum(c).reshape(1)
+    if wires == tuple(range(wires[0], wires[-1] + 1)):  # consecutive: one reshape, no n-dim view
+        return jnp.sum(c.reshape(2 ** wires[0], 2 ** len(wires), -1), axis=(0, 2))
+    t = c.reshape((2,) * n)
+    return jnp.sum(t, axis=tuple(a for a in range(n) if a not in wires)).reshape(-1)
+
+
+def _word_weights(word: Word, wires: tuple[int, ...]) -> np.ndarray:
+    """The weight of each basis index of `wires` for one word: a product of per-letter 2-vectors."""
+    letters = dict(word)
+    w = np.ones(1, complex)
+    for wire in wires:
+        w = np.kron(w, np.asarray(_WEIGHTS[letters.get(wire, "I")], complex))
+    return w
 
 
 def pauli_expvals(state: Array, words: tuple[Word, ...], n: int) -> Array:
-    """<psi|P|psi> for each Pauli word, as a real array. Words sharing X/Y wires share one pass."""
+    """<psi|P|psi> for each Pauli word, as a real array.
+
+    For the words flipping one set of wires (their X and Y letters), `c[b] = conj(psi[b]) psi[b ^ flips]`
+    is formed once (the probabilities when nothing flips); each word is then a weighted sum of a marginal
+    of `c` over its wires. Marginals are shared by all words in one window of nearby wires, so a sum of
+    local terms costs a few passes over the state, not one per term.
+    """
     t = state.reshape((2,) * n)
     groups: dict[tuple[int, ...], list[int]] = {}
     for i, word in enumerate(words):
         groups.setdefault(tuple(w for w, p in word if p in "XY"), []).append(i)
-    values = [None] * len(words)
+    values: list = [None] * len(words)
     for flips, members in groups.items():
-        # c[b] = conj(psi[b]) psi[b ^ flips]; real (the probabilities) when nothing flips.
         c = jnp.real(t * t.conj()) if not flips else t.conj() * jnp.flip(t, axis=flips)
-        for i in members:
-            word = words[i]
-            on = tuple(w for w, _ in word)
-            m = jnp.sum(c, axis=tuple(a for a in range(n) if a not in on))
-            for j, (_, p) in enumerate(word):
-                ph = jnp.asarray(_PHASES[p], c.dtype if p != "Y" else complex_dtype())
-                m = m * ph.reshape((2,) + (1,) * (len(word) - 1 - j))
-            values[i] = jnp.real(jnp.sum(m)).astype(real_dtype())
+        c = c.reshape(-1)
+        for wires, local in _windows([words[i] for i in members], n).items():
+            m = _marginal(c, wires, n)
+            weights = np.stack([_word_weights(words[members[j]], wires) for j in local])
+            if not np.iscomplexobj(c) and not np.any(weights.imag):
+                weights = weights.real
+            vals = jnp.real(jnp.sum(jnp.asarray(weights, m.dtype) * m[None, :], axis=1))
+            for j, v in zip(local, vals):
+                values[members[j]] = v.astype(real_dtype())
     return jnp.stack(values) if values else jnp.zeros((0,), real_dtype())
 
 

@@ -6,9 +6,13 @@ import jax.numpy as jnp
 from jaxtyping import Array
 
 from .._circuit import Repeat
+from .._fusion import fuse
 from .._kernels import apply_gate, run
-from ._base import AbstractDiffMethod
+from ._base import AbstractDiffMethod, check_gates_only
 from ._shifts import from_real_coordinates, real_coordinates
+
+# States of at least this many wires are walked one gate per loop step (see `_blocks_backward`).
+_LOOP_MIN_WIRES = 16
 
 
 def _gate_step(gate, psi: Array, bra: Array, n: int) -> tuple[Array, Array, list[Array]]:
@@ -43,15 +47,33 @@ def _from_real_view(v: Array, like: list[Array]) -> list[Array]:
 
 
 def _gates_backward(gates, psi: Array, bra: Array, n: int) -> tuple[list[list[Array]], Array, Array]:
+    """A run of gates backwards, fused as in the forward pass (`qfx/_fusion.py`).
+
+    The walk un-applies the fused blocks and takes the cotangents of their matrices; one `jax.vjp` of the
+    fusion itself then carries those back to the parameters of the original gates.
+    """
+    fused, unfuse = jax.vjp(lambda gs: fuse(gs, n), list(gates))
+    leaves, psi, bra = _blocks_backward(fused, psi, bra, n)
+    bars = [jax.tree.unflatten(jax.tree.structure(op), ls) for op, ls in zip(fused, leaves, strict=True)]
+    (gate_bars,) = unfuse(bars)
+    return [jax.tree.leaves(b) for b in gate_bars], psi, bra
+
+
+def _blocks_backward(gates, psi: Array, bra: Array, n: int) -> tuple[list[list[Array]], Array, Array]:
     """A run of gates backwards, one gate per step of a `lax.scan` that `lax.switch`es on the gate.
 
     Unrolled in one program, XLA CPU fuses runs of elementwise gates (diagonal ones) into every consumer,
     recomputing them, and schedules all parameter reductions after all un-applies, so that about one state
     per gate is alive at once. One gate per loop step keeps a few states alive and computes each once.
+    Small states are the other way round: memory is no concern, and a loop step costs more than the gate,
+    so below `_LOOP_MIN_WIRES` the gates are unrolled.
     """
-    if len(gates) == 1:
-        psi, bra, leaves = _gate_step(gates[0], psi, bra, n)
-        return [leaves], psi, bra
+    if len(gates) == 1 or n < _LOOP_MIN_WIRES:
+        out = []
+        for gate in reversed(gates):
+            psi, bra, leaves = _gate_step(gate, psi, bra, n)
+            out.append(leaves)
+        return out[::-1], psi, bra
     like = [jax.tree.leaves(g) for g in gates]
     reals = [x.real.dtype if jnp.iscomplexobj(x) else x.dtype for ls in like for x in ls]
     dtype = max(reals, key=lambda d: d.itemsize) if reals else psi.real.dtype
@@ -140,6 +162,7 @@ class Adjoint(AbstractDiffMethod):
     """
 
     def __call__(self, measure, circuit, initial_state, args):
+        check_gates_only(circuit.ops, "Adjoint")
         n = circuit.num_wires
         params, params_static = eqx.partition(circuit, eqx.is_inexact_array)
         args_diff, args_rest = eqx.partition(args, eqx.is_inexact_array)

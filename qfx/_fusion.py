@@ -1,0 +1,210 @@
+"""Gate fusion: a pure circuit -> circuit transformation applied before simulation.
+
+Runs of gates on at most two wires are multiplied into one dense matrix, so the state is read and written
+once per fused block instead of once per gate. The pass works on static structure only (wires and gate
+kinds), so it runs at trace time and every compilation of one circuit structure fuses the same way; the
+fused matrices are JAX functions of the gates' leaves, so gradients flow back to the original parameters.
+
+Policy, greedy in circuit order (as in qsim's fuser):
+- a one-qubit gate joins the latest block on its wire when that block is dense (fusible);
+- a dense two-qubit gate joins the latest block when that block acts on the same two wires, and otherwise
+  starts a block that absorbs the open one-qubit blocks on its wires;
+- gates with cheap structure (diagonal, permutation, controlled) on two wires stay on their own on large
+  states, where they cost one cheap pass and a dense 4x4 costs more; on small states (`n <= absorb_below`)
+  every kernel launch counts more than its arithmetic, so they are absorbed too;
+- wider gates are never fused; they end the blocks on their wires.
+A block holding a single gate is returned as that gate, so its fast path is kept.
+"""
+
+import dataclasses
+from typing import ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array
+import numpy as np
+
+from ._custom_types import complex_dtype
+from ._gates import AbstractGate, AbstractOperation
+
+# Structured two-qubit gates (CNOT, CZ, SWAP, controlled rotations) are absorbed into dense blocks only for
+# states of at most this many qubits: below it a kernel launch costs more than a dense 4x4 pass.
+ABSORB_STRUCTURED_MAX_WIRES = 12
+
+
+class FusedGate(AbstractGate):
+    """A dense matrix standing for a product of gates; produced by fusion, not built by users."""
+
+    U: Array
+    _wires: tuple[int, ...] = eqx.field(static=True)
+    num_wires: ClassVar[None] = None
+    shift_rules: ClassVar[None] = None
+
+    @property
+    def wires(self):
+        return self._wires
+
+    def matrix(self):
+        return self.U
+
+    def adjoint(self):
+        return FusedGate(self.U.conj().T, self._wires)
+
+
+def _bmm(a: Array, b: Array) -> Array:
+    """Batched small matrix products `a[i] @ b[i]`.
+
+    Elementwise products and a sum, which XLA fuses with the neighbouring small ops, rather than a dot
+    kernel per product: each separate kernel adds to compile time.
+    """
+    return jnp.sum(a[:, :, :, None] * b[:, None, :, :], axis=2)
+
+
+def _batchable(gate: AbstractGate) -> bool:
+    """True for gates whose matrix depends only on their type and array leaves (not on static fields)."""
+    for f in dataclasses.fields(gate):
+        static = bool(f.metadata.get("static", False))
+        if (f.name == "_wires") != static or (not static and not eqx.is_array(getattr(gate, f.name))):
+            return False
+    return True
+
+
+def _matrices(gates: list[AbstractGate]) -> tuple[dict[int, Array], list[int]]:
+    """The matrices of `gates`, stacked by width: `stacks[k][rows[i]]` is gate i's `(2**k, 2**k)` matrix.
+
+    Gates of one kind are computed together (one vmapped `matrix()`), so the number of small operations,
+    and so the compile time, grows with the number of gate kinds rather than the number of gates.
+    """
+    groups: dict = {}
+    for i, g in enumerate(gates):
+        leaves, treedef = jax.tree.flatten(g)
+        key = (type(g), len(g.wires), tuple((x.shape, x.dtype) for x in leaves)) if _batchable(g) else i
+        groups.setdefault(key, []).append((i, leaves, treedef))
+    parts: dict[int, list[Array]] = {1: [], 2: []}
+    rows = [0] * len(gates)
+    for members in groups.values():
+        i0, leaves0, treedef0 = members[0]
+        k = len(gates[i0].wires)
+        if not leaves0:
+            m = jnp.broadcast_to(gates[i0].matrix(), (len(members), 2**k, 2**k))
+        else:
+            stacked = [jnp.stack([m[1][j] for m in members]) for j in range(len(leaves0))]
+            m = jax.vmap(lambda *ls, t=treedef0: jax.tree.unflatten(t, ls).matrix())(*stacked)
+        offset = sum(x.shape[0] for x in parts[k])
+        for r, (i, _, _) in enumerate(members):
+            rows[i] = offset + r
+        parts[k].append(m)
+    return {k: jnp.concatenate(v) for k, v in parts.items() if v}, rows
+
+
+def _products(blocks: list, dtype) -> list[Array]:
+    """The product matrix of each block (`(wires, gates)` pairs of equal width), all blocks at once."""
+    gates = [g for _, gs in blocks for g in gs]
+    stacks, rows = _matrices(gates)
+    width = len(blocks[0][0])
+    eye = jnp.eye(2**width, dtype=dtype)[None]
+    if width == 1:
+        factors, offsets = jnp.concatenate([eye, stacks[1]]), {1: 1}
+    else:
+        pieces, offsets, at = [eye], {}, 1
+        if 1 in stacks:
+            m, i2 = stacks[1], jnp.eye(2, dtype=dtype)
+            first = (m[:, :, None, :, None] * i2[None, None, :, None, :]).reshape(-1, 4, 4)
+            second = (i2[None, :, None, :, None] * m[:, None, :, None, :]).reshape(-1, 4, 4)
+            pieces += [first, second]
+            offsets["first"], offsets["second"] = at, at + m.shape[0]
+            at += 2 * m.shape[0]
+        if 2 in stacks:
+            m = stacks[2]
+            pieces += [m, m.reshape(-1, 2, 2, 2, 2).transpose(0, 2, 1, 4, 3).reshape(-1, 4, 4)]
+            offsets["same"], offsets["swapped"] = at, at + m.shape[0]
+        factors = jnp.concatenate(pieces)
+    depth = max(len(gs) for _, gs in blocks)
+    index = np.zeros((depth, len(blocks)), np.int32)  # padded with the identity (row 0)
+    i = 0
+    for b, (wires, gs) in enumerate(blocks):
+        for p, g in enumerate(gs):
+            if width == 1:
+                index[p, b] = offsets[1] + rows[i]
+            elif len(g.wires) == 1:
+                index[p, b] = offsets["first" if g.wires[0] == wires[0] else "second"] + rows[i]
+            else:
+                index[p, b] = offsets["same" if g.wires == wires else "swapped"] + rows[i]
+            i += 1
+    chosen = factors[jnp.asarray(index)]  # (depth, blocks, d, d)
+    out = chosen[0]
+    for p in range(1, depth):
+        out = _bmm(chosen[p], out)
+    return [out[b] for b in range(len(blocks))]
+
+
+def _structured(gate: AbstractGate) -> bool:
+    return gate.diagonal() is not None or gate.permutation() is not None or gate.control() is not None
+
+
+class _Block:
+    __slots__ = ("wires", "gates", "fusible")
+
+    def __init__(self, wires, gates, fusible):
+        self.wires, self.gates, self.fusible = wires, gates, fusible
+
+
+def fuse(ops: tuple[AbstractOperation, ...], n: int, absorb_below: int | None = None) -> list:
+    """Fuses runs of gates in `ops` (a flat sequence; other operations are left in place as barriers).
+
+    **Arguments:**
+
+    - `ops`: the operations, in circuit order.
+    - `n`: the number of wires of the state they act on (chooses the policy for structured gates).
+    - `absorb_below`: structured two-qubit gates are absorbed into dense blocks when `n` is at most this
+      (default `ABSORB_STRUCTURED_MAX_WIRES`).
+
+    **Returns:** a list of operations with the same action on any state.
+    """
+    absorb = n <= (ABSORB_STRUCTURED_MAX_WIRES if absorb_below is None else absorb_below)
+    blocks: list[_Block | None] = []
+    latest: dict[int, int] = {}  # wire -> index in `blocks` of the latest block touching it
+
+    def open_on(w: int) -> int | None:
+        i = latest.get(w)
+        return i if i is not None and blocks[i] is not None and blocks[i].fusible else None
+
+    def push(block: _Block) -> None:
+        blocks.append(block)
+        for w in block.wires:
+            latest[w] = len(blocks) - 1
+
+    for op in ops:
+        if not isinstance(op, AbstractGate) or len(op.wires) > 2:
+            push(_Block(op.wires, [op], False))
+            continue
+        wires = op.wires
+        if len(wires) == 1:
+            i = open_on(wires[0])
+            if i is not None:
+                blocks[i].gates.append(op)
+            else:
+                push(_Block(wires, [op], True))
+            continue
+        dense = absorb or not _structured(op)
+        i, j = open_on(wires[0]), open_on(wires[1])
+        if dense and i is not None and i == j and set(blocks[i].wires) == set(wires):
+            blocks[i].gates.append(op)
+            continue
+        absorbed = []
+        if dense:
+            for k in sorted({x for x in (i, j) if x is not None and len(blocks[x].wires) == 1}):
+                absorbed += blocks[k].gates
+                blocks[k] = None
+        push(_Block(wires, absorbed + [op], dense))
+
+    blocks = [b for b in blocks if b is not None]
+    fused = {}
+    for width in (1, 2):
+        chosen = [b for b in blocks if len(b.gates) > 1 and len(b.wires) == width]
+        if chosen:
+            dtype = complex_dtype()
+            mats = _products([(b.wires, b.gates) for b in chosen], dtype)
+            fused.update({id(b): FusedGate(m, b.wires) for b, m in zip(chosen, mats, strict=True)})
+    return [fused.get(id(b), b.gates[0]) for b in blocks]

@@ -1,0 +1,101 @@
+"""Gate fusion (`qfx/_fusion.py`): same action as the unfused circuit, fewer operations, same gradients."""
+
+import jax
+import numpy as np
+import pytest
+
+import qfx
+from qfx import _fusion
+
+from . import reference as ref
+from .helpers import central_difference, random_circuit, random_state, tree_allclose
+
+
+@pytest.fixture(params=["absorb", "keep_structured"])
+def policy(request, monkeypatch):
+    """Both fusion policies: structured two-qubit gates absorbed (small states) or kept (large states)."""
+    if request.param == "keep_structured":
+        monkeypatch.setattr(_fusion, "ABSORB_STRUCTURED_MAX_WIRES", 0)
+    return request.param
+
+
+def _unitary(ops, n):
+    """The dense unitary of a list of gates, from each gate's own matrix (FusedGate included)."""
+    u = np.eye(2**n, dtype=complex)
+    for op in ops:
+        u = ref.embed(np.asarray(op.matrix(), dtype=complex), op.wires, n) @ u
+    return u
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fused_circuit_has_the_same_unitary(seed, policy):
+    rng = np.random.default_rng(seed)
+    n = 4
+    circ = random_circuit(rng, n, depth=30)
+    fused = _fusion.fuse(circ.ops, n)
+    assert len(fused) < len(circ.ops)
+    np.testing.assert_allclose(_unitary(fused, n), ref.circuit_unitary(circ), atol=2e-5)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_simulation_matches_reference(seed, policy):
+    rng = np.random.default_rng(100 + seed)
+    n = 5
+    circ = random_circuit(rng, n, depth=40)
+    psi = random_state(rng, n)
+    np.testing.assert_allclose(qfx.state(circ, initial_state=psi), ref.final_state(circ, psi), atol=2e-5)
+
+
+def _hea_layer(theta, n):
+    return (
+        [qfx.RY(theta[i, 0], wires=i) for i in range(n)]
+        + [qfx.RZ(theta[i, 1], wires=i) for i in range(n)]
+        + [qfx.CNOT(wires=(i, i + 1)) for i in range(n - 1)]
+    )
+
+
+def test_hea_layer_fuses_into_expected_blocks():
+    n = 6
+    ops = _hea_layer(np.linspace(0.1, 1.2, 2 * n).reshape(n, 2), n)
+    # Small state: every RY, RZ and CNOT is absorbed into one dense block per CNOT.
+    absorbed = _fusion.fuse(ops, n, absorb_below=n)
+    assert [op.wires for op in absorbed] == [(i, i + 1) for i in range(n - 1)]
+    assert all(isinstance(op, _fusion.FusedGate) for op in absorbed)
+    # Large state: RY and RZ fuse per wire; the CNOTs stay permutations (one cheap pass each).
+    kept = _fusion.fuse(ops, n, absorb_below=0)
+    assert sum(isinstance(op, qfx.CNOT) for op in kept) == n - 1
+    assert sorted(op.wires for op in kept if isinstance(op, _fusion.FusedGate)) == [(i,) for i in range(n)]
+    for fused in (absorbed, kept):
+        np.testing.assert_allclose(_unitary(fused, n), _unitary(ops, n), atol=2e-5)
+
+
+def test_lone_gates_keep_their_structure():
+    ops = [qfx.RZ(0.3, wires=0), qfx.CNOT(wires=(1, 2)), qfx.Toffoli(wires=(0, 1, 2)), qfx.H(0)]
+    assert _fusion.fuse(ops, 3, absorb_below=0) == ops
+
+
+def test_wide_gates_are_barriers():
+    # RX(0) and RY(0) are separated by a Toffoli on wire 0: they must not be multiplied together.
+    ops = [qfx.RX(0.4, wires=0), qfx.Toffoli(wires=(0, 1, 2)), qfx.RY(0.7, wires=0)]
+    assert _fusion.fuse(ops, 3) == ops
+
+
+def test_same_kind_gates_with_different_structure_are_not_mixed():
+    # Adjoint(S) and Adjoint(Adjoint(S)) are both `Adjoint` with no leaves but different matrices.
+    ops = [qfx.Adjoint(qfx.S(0)), qfx.Adjoint(qfx.Adjoint(qfx.T(0))), qfx.Adjoint(qfx.H(0))]
+    fused = _fusion.fuse(ops, 1)
+    np.testing.assert_allclose(_unitary(fused, 1), _unitary(ops, 1), atol=1e-6)
+
+
+@pytest.mark.parametrize("method", [qfx.diff.Backprop(), qfx.diff.Adjoint()], ids=["backprop", "adjoint"])
+def test_gradients_through_fusion_match_finite_differences(method, policy):
+    rng = np.random.default_rng(7)
+    n = 4
+    theta = rng.uniform(-np.pi, np.pi, size=(3, n, 2))
+    circ = qfx.Circuit(
+        [op for layer in theta for op in _hea_layer(layer, n)] + [qfx.IsingXX(0.3, wires=(1, 3))]
+    )
+    obs = qfx.Z(0) @ qfx.Z(2) + 0.5 * qfx.X(1)
+    grads = jax.grad(lambda c: qfx.expval(c, obs, diff=method))(circ)
+    expected = central_difference(lambda c: np.real(ref.expval(c, obs)), circ)
+    assert tree_allclose(grads, expected, atol=2e-4)
