@@ -1,7 +1,26 @@
 """qfx: quantum circuits as Equinox pytrees, simulated and differentiated in pure JAX."""
 
 from . import diff as diff
+from ._autograph import autograph as autograph
 from ._circuit import Circuit as Circuit, draw as draw, Repeat as Repeat, repeat as repeat
+from ._control import (
+    cond as cond,
+    Cond as Cond,
+    for_loop as for_loop,
+    ForLoop as ForLoop,
+    measure as measure,
+    MeasurementValue as MeasurementValue,
+    MidMeasure as MidMeasure,
+    switch as switch,
+    while_loop as while_loop,
+    WhileLoop as WhileLoop,
+)
+from ._control_run import (
+    apply as apply,
+    measure_state as measure_state,
+    outcome_probs as outcome_probs,
+    zero_state as zero_state,
+)
 from ._gates import (
     AbstractGate as AbstractGate,
     AbstractOperation as AbstractOperation,

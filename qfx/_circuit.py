@@ -22,6 +22,21 @@ def _validate_ops(ops, where: str) -> tuple[AbstractOperation, ...]:
     return ops
 
 
+def relabel_ops(ops: tuple, numbering: dict) -> tuple:
+    """`ops` with their measurements renumbered: `numbering` maps each measurement's token to its id and
+    grows in order of first appearance. Operations that hold measurements define `relabel(numbering)`."""
+    return tuple(op.relabel(numbering) if hasattr(op, "relabel") else op for op in ops)
+
+
+def relabel_circuit(circuit: "Circuit", numbering: dict) -> "Circuit":
+    """`circuit` with its measurements renumbered by `numbering` (see `relabel_ops`)."""
+    ops = relabel_ops(circuit.ops, numbering)
+    if all(a is b for a, b in zip(ops, circuit.ops, strict=True)):
+        return circuit
+    # Not Circuit(ops): that would number this circuit's measurements afresh, from 0.
+    return eqx.tree_at(lambda c: c.ops, circuit, ops)
+
+
 class Circuit(eqx.Module):
     """An immutable quantum circuit: a tuple of operations on `num_wires` wires starting in |0...0>.
 
@@ -43,7 +58,9 @@ class Circuit(eqx.Module):
     num_wires: int = eqx.field(static=True)
 
     def __init__(self, ops: Iterable[AbstractOperation] = (), num_wires: int | None = None):
-        ops = _validate_ops(ops, "Circuit")
+        # Mid-circuit measurements (qfx/_control.py) are numbered in order of first appearance, so that
+        # circuits built alike are alike as static structure and share one compilation.
+        ops = relabel_ops(_validate_ops(ops, "Circuit"), {})
         used = max((w for op in ops for w in op.wires), default=-1) + 1
         if num_wires is None:
             num_wires = max(used, 1)
@@ -127,6 +144,11 @@ class Repeat(AbstractOperation):
     def wires(self):
         return tuple(sorted({w for op in self.body.ops for w in op.wires}))
 
+    def relabel(self, numbering: dict) -> "Repeat":
+        """This block with the measurements in its body renumbered (see `relabel_ops`)."""
+        body = relabel_circuit(self.body, numbering)
+        return self if body is self.body else eqx.tree_at(lambda r: r.body, self, body)
+
     def layer(self, i: int) -> Circuit:
         """The circuit of layer `i`."""
         return jax.tree.map(lambda x: x[i], self.body)
@@ -164,7 +186,7 @@ def repeat(layer_fn: Callable[..., Circuit | Iterable[AbstractOperation]], *stac
 
 
 def draw(circuit: Circuit, *, decimals: int = 2) -> str:
-    """A text drawing of the circuit, one line per wire. `Repeat` blocks are drawn once, with their count."""
+    """A text drawing of the circuit, one line per wire. Repeat blocks and loops are drawn once, counted."""
     n = circuit.num_wires
     rows = [[f"{w}: "] for w in range(n)]
 
@@ -188,6 +210,9 @@ def draw(circuit: Circuit, *, decimals: int = 2) -> str:
             pad()
             for w in range(lo, hi + 1):
                 rows[w].append(f"]×{op.length}" if w == lo else "]" + " " * len(f"×{op.length}"))
+            return
+        if hasattr(op, "draw_into"):  # control flow and measurements (qfx/_control.py) draw themselves
+            op.draw_into(rows, add, pad)
             return
         pad()
         wires = op.wires

@@ -3,6 +3,9 @@
 Every function takes `initial_state=` (default |0...0>) and `diff=` (a `qfx.diff` method, default
 `qfx.diff.Backprop()`). Randomness is explicit: `sample` and shot-based `expval` take a keyword-only
 `key` with no default.
+
+Circuits holding control flow or mid-circuit measurements (`qfx.cond`, `qfx.for_loop`, `qfx.measure`, ...)
+run in `qfx/_control.py`; those with measurements need `mcm="exact"` or `mcm="sampled"` (with `key=`).
 """
 
 from collections.abc import Sequence
@@ -15,6 +18,15 @@ from jaxtyping import Array, ArrayLike, PRNGKeyArray
 
 from . import _kernels as K
 from ._circuit import Circuit
+from ._control_run import (
+    control_sample,
+    has_control,
+    mixed_density_matrix,
+    mixed_expvals,
+    mixed_probs,
+    mixed_vars,
+    run_control,
+)
 from ._custom_types import complex_dtype, is_concrete, real_dtype
 from ._gates import Hadamard, S
 from ._observables import AbstractObservable, LinearCombination, PauliWord, as_linear_combination
@@ -194,10 +206,26 @@ def _check_shots(shots, key, fn: str):
 # --- public entry points ------------------------------------------------------------------------
 
 
-def state(circuit: Circuit, *, initial_state: ArrayLike | None = None, diff: AbstractDiffMethod = _BACKPROP) -> Array:
-    """The final state vector, of shape `(2**num_wires,)`."""
+def state(
+    circuit: Circuit,
+    *,
+    initial_state: ArrayLike | None = None,
+    diff: AbstractDiffMethod = _BACKPROP,
+    mcm: str | None = None,
+    key: PRNGKeyArray | None = None,
+) -> Array:
+    """The final state vector, of shape `(2**num_wires,)`.
+
+    With mid-circuit measurements, `mcm="sampled"` and `key` give one trajectory's post-measurement
+    (normalised) state; `mcm="exact"` has no state vector (use `qfx.density_matrix`).
+    """
     _check_circuit(circuit, "state")
     _check_diff(diff, "state")
+    if has_control(circuit.ops):
+        psi0 = _initial_state(circuit, initial_state)
+        return run_control(
+            circuit, psi0, None, pure=lambda psi, _: psi, mixed=None, mcm=mcm, key=key, diff=diff, fn="state"
+        )
     return diff(lambda psi, _: psi, circuit, _initial_state(circuit, initial_state), None)
 
 
@@ -208,8 +236,12 @@ def probs(
     initial_state: ArrayLike | None = None,
     diff: AbstractDiffMethod = _BACKPROP,
     backend: TensorNetwork | None = None,
+    mcm: str | None = None,
+    key: PRNGKeyArray | None = None,
 ) -> Array:
     """Probabilities of the computational basis states of `wires` (all wires by default), in that order.
+
+    `mcm` and `key` are for circuits with mid-circuit measurements: see `qfx.measure`.
 
     **Returns:** an array of shape `(2**len(wires),)`; the first wire is the most significant bit.
     """
@@ -220,6 +252,12 @@ def probs(
         return backend_probs(backend, circuit, wires, diff, initial_state=initial_state)
     n = circuit.num_wires
     measure = Expectation(lambda psi, _: K.marginal_probs(psi, wires, n))
+    if has_control(circuit.ops):
+        psi0 = _initial_state(circuit, initial_state)
+        mixed = lambda rho, _: mixed_probs(rho, wires)  # noqa: E731
+        return run_control(
+            circuit, psi0, None, pure=measure, mixed=mixed, mcm=mcm, key=key, diff=diff, fn="probs"
+        )
     return diff(measure, circuit, _initial_state(circuit, initial_state), None)
 
 
@@ -232,6 +270,7 @@ def expval(
     key: PRNGKeyArray | None = None,
     diff: AbstractDiffMethod = _BACKPROP,
     backend: TensorNetwork | None = None,
+    mcm: str | None = None,
 ) -> Array:
     """The expectation value of an observable, or of each of a list of observables.
 
@@ -244,6 +283,8 @@ def expval(
     - `diff`: the differentiation method.
     - `backend`: `None` (the state vector) or `qfx.TensorNetwork()`, which contracts each term's light cone
       and so handles shallow circuits far beyond 30 qubits.
+    - `mcm`: for circuits with mid-circuit measurements, `"exact"` (all outcomes, weighted) or
+      `"sampled"` (one trajectory drawn with `key`); see `qfx.measure`.
 
     **Returns:** a real scalar, or an array with one value per observable when a list was given.
 
@@ -261,6 +302,17 @@ def expval(
         return out[0] if single else out
     n = circuit.num_wires
     psi0 = _initial_state(circuit, initial_state)
+    if has_control(circuit.ops):
+        if shots is not None:
+            raise ValueError(
+                "qfx.expval: shots= is not supported for circuits with control flow or mid-circuit "
+                "measurements; use mcm='exact', or mcm='sampled' and average over jax.vmap-ed keys."
+            )
+        pure = lambda psi, obs: _expvals(psi, obs, n)  # noqa: E731
+        out = run_control(
+            circuit, psi0, lcs, pure=pure, mixed=mixed_expvals, mcm=mcm, key=key, diff=diff, fn="expval"
+        )
+        return out[0] if single else out
     if shots is None:
         out = diff(Expectation(lambda psi, obs: _expvals(psi, obs, n)), circuit, psi0, lcs)
     else:
@@ -276,8 +328,13 @@ def var(
     *,
     initial_state: ArrayLike | None = None,
     diff: AbstractDiffMethod = _BACKPROP,
+    mcm: str | None = None,
+    key: PRNGKeyArray | None = None,
 ) -> Array:
-    """The variance `<O^2> - <O>^2` of an observable, or of each of a list of them."""
+    """The variance `<O^2> - <O>^2` of an observable, or of each of a list of them.
+
+    `mcm` and `key` are for circuits with mid-circuit measurements: see `qfx.measure`.
+    """
     _check_circuit(circuit, "var")
     _check_diff(diff, "var")
     lcs, single = _observables(circuit, observable, "var")
@@ -289,6 +346,12 @@ def var(
         return jnp.stack([sq, mean])
 
     measure = Expectation(moments, post=lambda m, _: m[0] - m[1] ** 2)
+    if has_control(circuit.ops):
+        psi0 = _initial_state(circuit, initial_state)
+        out = run_control(
+            circuit, psi0, lcs, pure=measure, mixed=mixed_vars, mcm=mcm, key=key, diff=diff, fn="var"
+        )
+        return out[0] if single else out
     out = diff(measure, circuit, _initial_state(circuit, initial_state), lcs)
     return out[0] if single else out
 
@@ -299,13 +362,24 @@ def density_matrix(
     *,
     initial_state: ArrayLike | None = None,
     diff: AbstractDiffMethod = _BACKPROP,
+    mcm: str | None = None,
+    key: PRNGKeyArray | None = None,
 ) -> Array:
-    """The reduced density matrix of `wires` (all by default), tracing out the rest: `(2**k, 2**k)`."""
+    """The reduced density matrix of `wires` (all by default), tracing out the rest: `(2**k, 2**k)`.
+
+    `mcm` and `key` are for circuits with mid-circuit measurements: see `qfx.measure`.
+    """
     _check_circuit(circuit, "density_matrix")
     _check_diff(diff, "density_matrix")
     wires = _check_measured_wires(circuit, wires, "density_matrix")
     n = circuit.num_wires
     measure = Expectation(lambda psi, _: K.reduced_density_matrix(psi, wires, n))
+    if has_control(circuit.ops):
+        psi0 = _initial_state(circuit, initial_state)
+        mixed = lambda rho, _: mixed_density_matrix(rho, wires)  # noqa: E731
+        return run_control(
+            circuit, psi0, None, pure=measure, mixed=mixed, mcm=mcm, key=key, diff=diff, fn="density_matrix"
+        )
     return diff(measure, circuit, _initial_state(circuit, initial_state), None)
 
 
@@ -316,10 +390,13 @@ def sample(
     shots: int,
     wires: int | Sequence[int] | None = None,
     initial_state: ArrayLike | None = None,
+    mcm: str | None = None,
 ) -> Array:
     """`shots` measurements of `wires` (all by default) in the computational basis.
 
-    Pure: the same key gives the same samples; `jax.vmap` over keys gives independent batches.
+    Pure: the same key gives the same samples; `jax.vmap` over keys gives independent batches. With
+    mid-circuit measurements, `mcm="sampled"` runs one trajectory per shot, `mcm="exact"` samples the
+    exact final distribution.
 
     **Returns:** an int32 array of bits, shape `(shots, len(wires))`.
     """
@@ -327,6 +404,9 @@ def sample(
     _check_shots(shots, key, "sample")
     wires = _check_measured_wires(circuit, wires, "sample")
     n = circuit.num_wires
+    if has_control(circuit.ops):
+        psi0 = _initial_state(circuit, initial_state)
+        return control_sample(circuit, psi0, key=key, shots=shots, wires=wires, mcm=mcm)
     psi = K.run(circuit.ops, _initial_state(circuit, initial_state), n)
     idx = _sample_indices(key, jax.lax.stop_gradient(K.marginal_probs(psi, wires, n)), shots)
     k = len(wires)

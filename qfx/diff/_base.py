@@ -6,7 +6,8 @@ from collections.abc import Callable
 import equinox as eqx
 from jaxtyping import Array, PyTree
 
-from .._circuit import Circuit
+from .._circuit import Circuit, Repeat
+from .._gates import AbstractGate
 from .._kernels import run
 
 # measure(final_state, args) -> array: a pure function of the final state and of `args`
@@ -48,6 +49,20 @@ def check_batch_size(method: str, batch_size) -> None:
         raise ValueError(f"qfx.diff.{method}: batch_size must be a positive int or None, got {batch_size!r}.")
 
 
+def check_gates_only(ops, method: str) -> None:
+    """Raises on control flow and mid-circuit measurements (`qfx/_control.py`), which the methods' circuit
+    traversals do not know; `qfx.expval` and friends run those circuits themselves, with JAX autodiff."""
+    for op in ops:
+        if isinstance(op, Repeat):
+            check_gates_only(op.body.ops, method)
+        elif not isinstance(op, AbstractGate):
+            raise ValueError(
+                f"qfx.diff.{method}() simulates gates and Repeat blocks only, not {type(op).__name__} (control "
+                "flow or a mid-circuit measurement). Use qfx.state / qfx.expval / ... with the default "
+                "diff=qfx.diff.Backprop(), which differentiate through them."
+            )
+
+
 class AbstractDiffMethod(eqx.Module):
     """How `qfx.expval`, `qfx.probs`, ... are differentiated. Passed as `diff=`; never a global switch."""
 
@@ -65,4 +80,5 @@ class Backprop(AbstractDiffMethod):
     """
 
     def __call__(self, measure, circuit, initial_state, args):
+        check_gates_only(circuit.ops, "Backprop")
         return measure(run(circuit.ops, initial_state, circuit.num_wires), args)

@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 
 from .._kernels import run
-from ._base import AbstractDiffMethod, check_batch_size
+from ._base import AbstractDiffMethod, check_batch_size, check_gates_only
 from ._shifts import chunk_size, shifted_jvp
 
 _WITH_SHOTS = (
@@ -48,6 +48,7 @@ class FiniteDiff(AbstractDiffMethod):
         check_batch_size("FiniteDiff", self.batch_size)
 
     def __call__(self, measure, circuit, initial_state, args):
+        check_gates_only(circuit.ops, "FiniteDiff")
         n = circuit.num_wires
         params, params_static = eqx.partition(circuit, eqx.is_inexact_array)
         args_diff, args_rest = eqx.partition(args, eqx.is_inexact_array)

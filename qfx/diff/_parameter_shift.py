@@ -7,7 +7,7 @@ from jaxtyping import Array
 
 from .._circuit import Repeat
 from .._kernels import run
-from ._base import AbstractDiffMethod, Expectation, check_batch_size
+from ._base import AbstractDiffMethod, Expectation, check_batch_size, check_gates_only
 from ._shifts import check_rules, chunk_size, instantiate, is_zero, leaves_with_zeros, shifted_jvp
 
 # Folded into every key before the evaluation number, so shifted evaluations never reuse the keys that
@@ -108,6 +108,7 @@ class ParameterShift(AbstractDiffMethod):
         check_batch_size("ParameterShift", self.batch_size)
 
     def __call__(self, measure, circuit, initial_state, args):
+        check_gates_only(circuit.ops, "ParameterShift")
         n = circuit.num_wires
         if isinstance(measure, Expectation):
             fn, post, linear = measure.fn, measure.post, True

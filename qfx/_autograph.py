@@ -1,0 +1,551 @@
+"""`qfx.autograph`: Python `for` / `if` / `while` on traced values become JAX control flow.
+
+The source-to-source conversion is diastatic-malt's (the maintained fork of TensorFlow's AutoGraph): it
+rewrites each statement into a call such as `ag__.for_stmt(iter, extra_test, body, get_state, set_state,
+names, opts)`, with the loop state read and written through `get_state` / `set_state`. This module
+supplies those operators:
+
+- on traced values, in a program on arrays (state vectors, parameters): `lax.fori_loop`, `lax.cond`,
+  `lax.while_loop`;
+- in a function that builds a circuit (its state holds a list of operations): the body's operations
+  become one `qfx.for_loop` / `qfx.cond` / `qfx.while_loop` operation appended to that list; `if m:` and
+  `while m:` on a measurement value (from `qfx.measure`) always do so;
+- on Python values: Python's own statement, unchanged (static control flow stays static).
+
+What cannot be converted raises an error naming the source line; nothing falls back to an unrolled loop.
+"""
+
+import functools
+import importlib.util  # noqa: F401  (malt's converter uses importlib.util without importing it)
+import inspect
+import sys
+import types
+from typing import TypeVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from malt.core import converter
+from malt.impl import api as malt_api
+from malt.operators import variables as malt_variables
+from malt.pyct import errors as malt_errors, origin_info
+import numpy as np
+
+from ._control import MeasurementValue, MidMeasure, cond, for_loop, while_loop
+from ._gates import AbstractOperation
+
+_F = TypeVar("_F")
+
+# Modules whose functions are called as they are, not converted (JAX, NumPy, qfx itself, ...).
+_DO_NOT_CONVERT = ("jax", "jaxlib", "numpy", "equinox", "qfx", "malt", "optax", "builtins", "functools")
+
+
+def _is_traced(x) -> bool:
+    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(x))
+
+
+def _is_measurement(x) -> bool:
+    return isinstance(x, (MeasurementValue, MidMeasure))
+
+
+def _is_undefined(x) -> bool:
+    return isinstance(x, (malt_variables.Undefined, malt_variables.UndefinedReturnValue))
+
+
+# --- errors that name the user's line -----------------------------------------------------------------
+
+
+class _Converter(malt_api.PyToPy):
+    """malt's transpiler with this module's operators in the `ag__` namespace of converted code."""
+
+    def __init__(self):
+        super().__init__()
+        self.source_maps: dict[str, dict] = {}
+
+    def get_extra_locals(self):
+        if self._extra_locals is None:
+            namespace = super().get_extra_locals()["ag__"]
+            ours = types.ModuleType("qfx_autograph_operators")
+            ours.__dict__.update(namespace.__dict__)
+            ours.__dict__.update(
+                for_stmt=_for_stmt,
+                if_stmt=_if_stmt,
+                while_stmt=_while_stmt,
+                converted_call=_converted_call,
+                list_append=_list_append,
+                if_exp=_if_exp,
+                not_=_not,
+                and_=_and,
+                or_=_or,
+            )
+            self._extra_locals = {"ag__": ours}
+        return self._extra_locals
+
+    def convert(self, fn):
+        options = converter.ConversionOptions(
+            recursive=True, user_requested=True, optional_features=(converter.Feature.LISTS,)
+        )
+        converted, module, source_map = self.transform(fn, converter.ProgramContext(options=options))
+        self.source_maps[module.__file__] = source_map
+        return converted
+
+
+# One converter per process: it caches the converted code of each function (like functools.cache).
+_CONVERTER = _Converter()
+
+
+def _user_line() -> str:
+    """`file:line: source` of the innermost converted statement being run, from the call stack."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        source_map = _CONVERTER.source_maps.get(frame.f_code.co_filename)
+        if source_map is not None:
+            origin = source_map.get(origin_info.LineLocation(frame.f_code.co_filename, frame.f_lineno))
+            if origin is not None:
+                return f"{origin.loc.filename}:{origin.loc.lineno}: `{origin.source_code_line.strip()}`"
+        frame = frame.f_back
+    return "an unknown line"
+
+
+def _error(cls, message: str) -> Exception:
+    return cls(f"qfx.autograph, at {_user_line()}: {message}")
+
+
+# --- conversion ---------------------------------------------------------------------------------------
+
+
+def autograph(fn: _F) -> _F:
+    """Converts Python `for i in range(n)`, `if` and `while` on traced values in `fn` into JAX control flow.
+
+    In a program on arrays (for instance a state vector updated with `qfx.apply`), a loop over a traced
+    `range` becomes `lax.fori_loop`, an `if` on a traced predicate `lax.cond`, a `while` on a traced
+    condition `lax.while_loop`. In a function that builds a circuit (a list of operations is updated in the
+    loop or branch), the body's operations become one `qfx.for_loop`, `qfx.cond` or `qfx.while_loop`
+    appended to the list, and `if m:` / `while m:` on a measurement value (`m = qfx.measure(0)`) are
+    conditionals on its outcome. Control flow on Python values stays Python (loops over `range(3)`
+    unroll as usual). Functions that `fn` calls are converted too (those of JAX, NumPy and qfx are not).
+
+    Not converted, with an error naming the line: `break` (or `return`) inside a converted loop,
+    variables first assigned inside a converted loop or in only one branch, and branches or iterations
+    that give a variable different types. A loop that appends operations cannot also update arrays.
+
+    Gradients: `lax.fori_loop` and `lax.while_loop` with traced bounds allow only forward mode
+    (`jax.jvp`, `jax.jacfwd`); `lax.cond` allows both. `malt.experimental.set_loop_options(
+    maximum_iterations=k)` inside a `while m:` loop bounds it (`qfx.while_loop(..., max_iterations=k)`).
+
+    **Arguments:**
+
+    - `fn`: a Python function whose source is available (defined in a file).
+
+    **Returns:** the converted function, with the same signature.
+
+    ```python
+    @qfx.autograph
+    def program(theta, n):
+        state = qfx.zero_state(1)
+        for i in range(n):  # n traced: lax.fori_loop
+            state = qfx.apply(qfx.RX(theta, wires=0), state)
+        return state
+    jax.make_jaxpr(program)(0.1, 5)
+    ```
+    """
+    if not inspect.isfunction(fn):
+        raise TypeError(f"qfx.autograph: expected a Python function, got {fn!r}.")
+    try:
+        converted = _CONVERTER.convert(fn)
+    except malt_errors.InaccessibleSourceCodeError as e:
+        raise ValueError(
+            f"qfx.autograph: the source code of {fn.__qualname__} is not available (functions typed into an "
+            "interactive shell have none); define it in a file."
+        ) from e
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return converted(*args, **kwargs)
+
+    wrapper.__wrapped_by_qfx_autograph__ = True  # type: ignore[attr-defined]
+    return wrapper  # type: ignore[return-value]
+
+
+def _should_convert(f) -> bool:
+    if not inspect.isfunction(f) or f.__name__ == "<lambda>":
+        return False
+    if getattr(f, "__wrapped_by_qfx_autograph__", False):
+        return False
+    module = (getattr(f, "__module__", None) or "").split(".")[0]
+    return module not in _DO_NOT_CONVERT
+
+
+def _converted_call(f, args, kwargs, caller_fn_scope=None, options=None):
+    del caller_fn_scope, options
+    kwargs = kwargs or {}
+    if f is range and _is_traced((args, kwargs)):
+        return _TracedRange(*args, **kwargs)
+    if _should_convert(f):
+        try:
+            f = _CONVERTER.convert(f)
+        except malt_errors.InaccessibleSourceCodeError:
+            pass  # called as it is; a traced range inside it still fails loudly (range of a tracer)
+    return f(*args, **kwargs)
+
+
+class _TracedRange:
+    """`range(start, stop, step)` with a traced bound: iterated by `lax.fori_loop`."""
+
+    def __init__(self, *args):
+        if len(args) == 1:
+            args = (0, args[0], 1)
+        elif len(args) == 2:
+            args = (args[0], args[1], 1)
+        self.start, self.stop, self.step = (jnp.asarray(a) for a in args)
+        for a in (self.start, self.stop, self.step):
+            if not jnp.issubdtype(a.dtype, jnp.integer) or a.shape != ():
+                raise _error(TypeError, f"range() needs integer scalars, got {a.dtype}{list(a.shape)}.")
+
+    def count(self) -> jax.Array:
+        span = self.stop - self.start
+        n = jnp.where(self.step > 0, (span + self.step - 1) // self.step, (span + self.step + 1) // self.step)
+        return jnp.maximum(n, 0).astype(jnp.int32)
+
+    def index(self, k) -> jax.Array:
+        return (self.start + k * self.step).astype(jnp.int32)
+
+
+def _list_append(list_, x):
+    # A new list, not an in-place append: a converted body runs more than once (once per branch, or to
+    # trace a loop), and each run must start from the same list.
+    if isinstance(list_, list):
+        return [*list_, x]
+    list_.append(x)
+    return list_
+
+
+# --- helpers for the loop state -----------------------------------------------------------------------
+
+
+def _check_defined(names, values, where: str) -> None:
+    for name, value in zip(names, values, strict=True):
+        if _is_undefined(value):
+            what = "a `return`" if name in ("retval_", "do_return") else f"the variable `{name}`"
+            raise _error(
+                ValueError,
+                f"{what} is not defined on every path through {where}; a converted loop or branch needs a "
+                "value before it (and in both branches of an if).",
+            )
+
+
+def _op_lists(values) -> list[int]:
+    """Positions of state variables that are lists of operations (a circuit being built)."""
+    return [
+        k
+        for k, v in enumerate(values)
+        if isinstance(v, list) and all(isinstance(x, AbstractOperation) for x in v)
+    ]
+
+
+def _as_carry(names, values):
+    out = []
+    for name, v in zip(names, values, strict=True):
+        leaves = jax.tree.leaves(v)
+        if not all(
+            isinstance(x, (jax.Array, np.ndarray, np.generic, bool, int, float, complex)) for x in leaves
+        ):
+            raise _error(
+                TypeError,
+                f"the variable `{name}` changes in a converted loop but holds {type(v).__name__}, not "
+                "arrays.",
+            )
+        out.append(jax.tree.map(jnp.asarray, v))
+    return tuple(out)
+
+
+def _check_same_types(names, before, after, where: str) -> None:
+    for name, a, b in zip(names, before, after, strict=True):
+        sa, sb = jax.tree.structure(a), jax.tree.structure(b)
+        ta = [(jnp.shape(x), jnp.result_type(x)) for x in jax.tree.leaves(a)]
+        tb = [(jnp.shape(x), jnp.result_type(x)) for x in jax.tree.leaves(b)]
+        if sa != sb or ta != tb:
+            before_, after_ = (
+                ", ".join(f"{d}{list(s)}" for s, d in t) or str(st) for t, st in ((ta, sa), (tb, sb))
+            )
+            raise _error(
+                TypeError,
+                f"the variable `{name}` has type {before_} before {where} but {after_} after it; give it "
+                "its final type (dtype and shape) before, e.g. `x = 0.0` rather than `x = 0`.",
+            )
+
+
+def _ops_of_body(run, init, lists, names, where: str) -> tuple[int, list]:
+    """Runs `run()` (a loop body or branch) from fresh empty operation lists, and returns which list it
+    appended to and the operations it appended."""
+    start = tuple([] if k in lists else v for k, v in enumerate(init))
+    out = run(start)
+    changed = [k for k in lists if out[k]]
+    for k, (a, b) in enumerate(zip(init, out, strict=True)):
+        if k not in lists and a is not b and names[k] not in ("do_return", "retval_"):
+            raise _error(
+                ValueError,
+                f"{where} appends operations to a circuit, so it cannot also update `{names[k]}`: compute "
+                "values from the loop index or before the loop.",
+            )
+        if names[k] in ("do_return", "retval_") and a is not b:
+            raise _error(ValueError, f"a `return` inside {where} that builds a circuit is not supported.")
+    if len(changed) > 1:
+        raise _error(ValueError, f"{where} appends to several lists of operations; use one list.")
+    return (changed[0] if changed else (lists[0] if lists else -1)), (out[changed[0]] if changed else [])
+
+
+# --- for ----------------------------------------------------------------------------------------------
+
+
+def _for_stmt(iter_, extra_test, body, get_state, set_state, symbol_names, opts):
+    if not isinstance(iter_, _TracedRange):  # static: Python's own loop
+        for target in iter_:
+            if extra_test is not None and not extra_test():
+                break
+            body(target)
+        return
+    if extra_test is not None:
+        raise _error(
+            ValueError,
+            "`break` (or `return`) inside a `for` loop over a traced range cannot be converted to "
+            "lax.fori_loop; use a `while` loop with the exit condition, or a static range.",
+        )
+    init = get_state()
+    _check_defined(symbol_names, init, "a `for` loop over a traced range")
+    lists = _op_lists(init)
+    if lists:
+        _for_circuit(iter_, body, get_state, set_state, symbol_names, init, lists)
+        return
+    carry = _as_carry(symbol_names, init)
+
+    def step(k, carry):
+        set_state(carry)
+        body(iter_.index(k))
+        out = get_state()
+        _check_defined(symbol_names, out, "a `for` loop over a traced range")
+        _check_same_types(symbol_names, carry, out, "an iteration of the `for` loop")
+        return tuple(out)
+
+    set_state(jax.lax.fori_loop(jnp.int32(0), iter_.count(), step, carry))
+
+
+def _for_circuit(iter_, body, get_state, set_state, names, init, lists):
+    def run(state, k):
+        set_state(state)
+        body(iter_.index(k))
+        return get_state()
+
+    where = "a `for` loop over a traced range"
+    zero = jnp.zeros((), jnp.int32)
+    target, _ = _ops_of_body(lambda s: run(s, zero), init, lists, names, where)
+    if target < 0:
+        set_state(init)
+        return
+
+    def iteration_ops(k):
+        return _ops_of_body(lambda s: run(s, k), init, lists, names, where)[1]
+
+    # The closure (parameters computed outside the loop, traced or not) becomes the body's leaves.
+    body_fn = eqx.filter_closure_convert(iteration_ops, zero)
+    loop = for_loop(iter_.count(), body_fn)
+    set_state(tuple([*v, loop] if k == target else v for k, v in enumerate(init)))
+
+
+# --- if -----------------------------------------------------------------------------------------------
+
+
+def _if_stmt(cond_, body, orelse, get_state, set_state, symbol_names, nouts):
+    del nouts
+    measured = _is_measurement(cond_)
+    if not measured and not _is_traced(cond_):
+        body() if cond_ else orelse()
+        return
+    init = get_state()
+    lists = _op_lists(init)
+    if measured or lists:
+        _if_circuit(cond_, body, orelse, set_state, get_state, symbol_names, init, lists)
+        return
+    pred = jnp.asarray(cond_)
+    if pred.shape != ():
+        raise _error(ValueError, f"the condition of an `if` must be a scalar, got shape {pred.shape}.")
+
+    statics: list = []
+
+    def branch(fn, force):
+        def run(_):
+            set_state(init)
+            fn()
+            out = get_state()
+            _check_defined(symbol_names, out, "an `if` on a traced value")
+            out = tuple(jnp.asarray(v) if k in force else v for k, v in enumerate(out))
+            dynamic, static = eqx.partition(out, eqx.is_array)
+            statics.append(static)
+            return dynamic
+
+        return run
+
+    def staged(force):
+        statics.clear()
+        out = jax.lax.cond(pred.astype(bool), branch(body, force), branch(orelse, force), None)
+        return out, statics[0], statics[1]
+
+    try:
+        out, static_true, static_false = staged(set())
+        if not eqx.tree_equal(static_true, static_false):
+            # Python values that differ between the branches become arrays.
+            differ = {
+                k
+                for k, (a, b) in enumerate(zip(static_true, static_false, strict=True))
+                if not eqx.tree_equal(a, b)
+            }
+            out, static_true, _ = staged(differ)
+    except TypeError as e:
+        if "branch" not in str(e) and "true_fun" not in str(e):
+            raise
+        raise _error(
+            TypeError,
+            f"the branches of an `if` on a traced value give different types to {', '.join(symbol_names)} "
+            f"(or return different types): {e}",
+        ) from e
+    set_state(eqx.combine(out, static_true))
+
+
+def _if_circuit(cond_, body, orelse, set_state, get_state, names, init, lists):
+    if not lists:
+        raise _error(
+            ValueError,
+            "an `if` on a measurement value needs a list of operations that the branches append to "
+            "(`ops.append(...)`); measurement values are only known during the simulation.",
+        )
+
+    def run(fn):
+        def go(state):
+            set_state(state)
+            fn()
+            return get_state()
+
+        return go
+
+    where = "an `if` on a traced or measured value"
+    k_true, ops_true = _ops_of_body(run(body), init, lists, names, where)
+    k_false, ops_false = _ops_of_body(run(orelse), init, lists, names, where)
+    if ops_true and ops_false and k_true != k_false:
+        raise _error(ValueError, "the branches of the `if` append to different lists of operations.")
+    target = k_true if ops_true else k_false
+    op = cond(cond_, ops_true, ops_false or None)
+    set_state(tuple([*v, op] if k == target else v for k, v in enumerate(init)))
+
+
+# --- while --------------------------------------------------------------------------------------------
+
+
+def _while_stmt(test, body, get_state, set_state, symbol_names, opts):
+    if any(name.startswith("break_") for name in symbol_names):
+        if _is_measurement(test()) or _is_traced(test()):
+            raise _error(
+                ValueError,
+                "`break` inside a `while` loop on a traced or measured condition cannot be converted; put "
+                "the exit condition into the loop's condition.",
+            )
+    first = test()
+    if _is_measurement(first):
+        _while_circuit(first, body, get_state, set_state, symbol_names, opts)
+        return
+    if not _is_traced(first):
+        iterations = 0
+        while True:
+            t = test() if iterations else first
+            if _is_traced(t) or _is_measurement(t):
+                raise _error(
+                    ValueError,
+                    "the condition of this `while` loop became traced after it started as a Python value; "
+                    "make it traced from the start (e.g. jnp.asarray) so that the loop is converted.",
+                )
+            if not t:
+                return
+            body()
+            iterations += 1
+    init = get_state()
+    _check_defined(symbol_names, init, "a `while` loop on a traced condition")
+    if _op_lists(init):
+        raise _error(
+            ValueError,
+            "a `while` loop on a traced array cannot build a circuit; loop on a measurement value "
+            "(`while m:`) or over a range.",
+        )
+    carry = _as_carry(symbol_names, init)
+
+    def cond_fn(carry):
+        set_state(carry)
+        t = jnp.asarray(test())
+        if t.shape != ():
+            raise _error(
+                ValueError, f"the condition of a `while` loop must be a scalar, got shape {t.shape}."
+            )
+        return t.astype(bool)
+
+    def body_fn(carry):
+        set_state(carry)
+        body()
+        out = get_state()
+        _check_defined(symbol_names, out, "a `while` loop on a traced condition")
+        _check_same_types(symbol_names, carry, out, "an iteration of the `while` loop")
+        return tuple(out)
+
+    set_state(jax.lax.while_loop(cond_fn, body_fn, carry))
+
+
+def _while_circuit(condition, body, get_state, set_state, names, opts):
+    init = get_state()
+    lists = _op_lists(init)
+    if not lists:
+        raise _error(
+            ValueError,
+            "a `while` loop on a measurement value needs a list of operations that the body appends to.",
+        )
+
+    def run(state):
+        set_state(state)
+        body()
+        return get_state()
+
+    target, ops = _ops_of_body(run, init, lists, names, "a `while` loop on a measured value")
+    loop = while_loop(condition, ops, max_iterations=opts.get("maximum_iterations"))
+    set_state(tuple([*v, loop] if k == target else v for k, v in enumerate(init)))
+
+
+# --- expressions --------------------------------------------------------------------------------------
+
+
+def _if_exp(cond_, if_true, if_false, expr_repr):
+    del expr_repr
+    if _is_traced(cond_):
+        return jax.lax.cond(jnp.asarray(cond_).astype(bool), lambda: if_true(), lambda: if_false())
+    return if_true() if cond_ else if_false()
+
+
+def _not(a):
+    if _is_traced(a):
+        return jnp.logical_not(a)
+    if _is_measurement(a):
+        return ~a
+    return not a
+
+
+def _and(a, b):
+    x = a()
+    if _is_traced(x):
+        return jnp.logical_and(x, b())
+    if _is_measurement(x):
+        return x & b()
+    return x and b()
+
+
+def _or(a, b):
+    x = a()
+    if _is_traced(x):
+        return jnp.logical_or(x, b())
+    if _is_measurement(x):
+        return x | b()
+    return x or b()

@@ -1,0 +1,738 @@
+"""Control flow inside circuits, mid-circuit measurement with feed-forward, and the functional style.
+
+Operations (`eqx.Module`s, so a circuit holding them is still a pytree with parameter leaves):
+- `MidMeasure` (`qfx.measure(wire, reset=, postselect=)`): a measurement in the middle of a circuit. It
+  doubles as its own outcome, a value usable in `qfx.cond`, `qfx.switch` and `qfx.while_loop`, and in
+  arithmetic and boolean combinations (`m0 ^ m1`, `m0 + 2 * m1 == 3`, `~m`).
+- `Cond` (`qfx.cond`, `qfx.switch`): branches chosen by a traced value or by measurement outcomes.
+- `ForLoop` (`qfx.for_loop`): a body built from the loop index, run by `lax.scan` (static length) or
+  `lax.fori_loop` (traced length).
+- `WhileLoop` (`qfx.while_loop`): a body repeated while a condition on outcomes holds (repeat until
+  success), bounded by `max_iterations` or not.
+
+A circuit with measurements runs in one of two modes, chosen by `mcm=` on the measurement functions:
+- `mcm="sampled"` (needs `key=`): one trajectory; each measurement draws its outcome and collapses the
+  pure state. `jax.vmap` over keys runs many shots as one batched call.
+- `mcm="exact"`: every branch at once, weighted by its probability. The state is a classical-quantum
+  state: one (unnormalised) density matrix per value of the classical record (the latest outcome of every
+  measurement), so loops and while loops keep a fixed shape; memory `2**num_measurements * 4**num_wires`.
+The classical record starts at all zeros: an outcome read before its measurement has run is 0.
+
+They are simulated by `qfx/_control_run.py`, which `qfx.state`, `qfx.probs`, ... call for circuits
+holding them; circuits without them never go there.
+"""
+
+import abc
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike
+import numpy as np
+
+from ._circuit import Circuit, relabel_circuit
+from ._custom_types import real_dtype
+from ._gates import AbstractOperation
+
+# --- measurement identity -----------------------------------------------------------------------------
+
+# Each `qfx.measure(...)` call makes a `_Token`: the measurement's identity, which links it with the values
+# and conditions made from it. A token is unique, so it cannot be static structure (two circuits built
+# alike would differ, and compile twice). So a `Circuit` numbers the measurements it holds 0, 1, 2, ... in
+# order of first appearance (`relabel`), and that number, the `id`, is what static structure compares.
+# The token travels with the id inside a `_Link`, which equals every other link: the runner
+# (`qfx/_control_run.py`) tells measurements apart by token, so the numbers given by different circuits (a
+# branch's, a loop body's) never get mixed up. No global counter: nothing global changes when measuring.
+
+
+class _Token:
+    """The identity of one `qfx.measure(...)` call (compared by identity); also its `id` until a `Circuit`
+    numbers it."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return "?"
+
+
+class _Link:
+    """Carries a measurement's `_Token` without being static structure: all links compare equal."""
+
+    __slots__ = ("token",)
+
+    def __init__(self, token: _Token):
+        self.token = token
+
+    def __eq__(self, other):
+        return isinstance(other, _Link)
+
+    def __hash__(self):
+        return hash(_Link)
+
+    def __repr__(self):
+        return "_Link()"
+
+
+def _number(link: _Link, numbering: dict) -> int:
+    """The id of a measurement in `numbering` (token -> id); the next free one if it is not there yet."""
+    return numbering.setdefault(link.token, len(numbering))
+
+
+def _relabel_expr(expr: tuple, numbering: dict) -> tuple:
+    kind = expr[0]
+    if kind == "m":
+        return ("m", _number(expr[2], numbering), expr[2])
+    if kind == "const":
+        return expr
+    return (kind, *(_relabel_expr(e, numbering) for e in expr[1:]))
+
+
+def _can_relabel(x) -> bool:
+    return isinstance(x, AbstractOperation) and hasattr(x, "relabel")
+
+
+# --- measurement values -------------------------------------------------------------------------------
+
+# A measurement expression is a static tuple tree: ("m", id, link), ("const", k), (op, a) or (op, a, b),
+# where `id` is the measurement's number in its circuit and `link` carries its token (see above).
+_BINARY = {
+    "and": jnp.bitwise_and,
+    "or": jnp.bitwise_or,
+    "xor": jnp.bitwise_xor,
+    "add": jnp.add,
+    "sub": jnp.subtract,
+    "mul": jnp.multiply,
+    "eq": jnp.equal,
+    "ne": jnp.not_equal,
+    "lt": jnp.less,
+    "le": jnp.less_equal,
+    "gt": jnp.greater,
+    "ge": jnp.greater_equal,
+}
+_SYMBOLS = {
+    "and": "&", "or": "|", "xor": "^", "add": "+", "sub": "-", "mul": "*",
+    "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
+}  # fmt: skip
+
+
+def _as_expr(x, what: str) -> tuple:
+    if isinstance(x, MeasurementValue):
+        return x.expr
+    if isinstance(x, MidMeasure):
+        return x._expr()
+    if isinstance(x, (bool, np.bool_, int, np.integer)):
+        return ("const", int(x))
+    raise TypeError(
+        f"{what}: expected a measurement value (from qfx.measure) or an int, got {type(x).__name__}. "
+        "Traced arrays go straight to qfx.cond / qfx.switch, not into measurement expressions."
+    )
+
+
+class _ValueOps:
+    """Operators that combine measurement outcomes into new `MeasurementValue`s."""
+
+    def _expr(self) -> tuple:
+        raise NotImplementedError
+
+    def _bin(self, op, other, swap=False):
+        a, b = self._expr(), _as_expr(other, f"the operator {_SYMBOLS[op]}")
+        return MeasurementValue((op, b, a) if swap else (op, a, b))
+
+    def __invert__(self):  # logical not: outcomes are bits
+        return MeasurementValue(("eq", self._expr(), ("const", 0)))
+
+    def __neg__(self):
+        return MeasurementValue(("sub", ("const", 0), self._expr()))
+
+    def __and__(self, o):
+        return self._bin("and", o)
+
+    def __rand__(self, o):
+        return self._bin("and", o, True)
+
+    def __or__(self, o):
+        return self._bin("or", o)
+
+    def __ror__(self, o):
+        return self._bin("or", o, True)
+
+    def __xor__(self, o):
+        return self._bin("xor", o)
+
+    def __rxor__(self, o):
+        return self._bin("xor", o, True)
+
+    def __add__(self, o):
+        return self._bin("add", o)
+
+    def __radd__(self, o):
+        return self._bin("add", o, True)
+
+    def __sub__(self, o):
+        return self._bin("sub", o)
+
+    def __rsub__(self, o):
+        return self._bin("sub", o, True)
+
+    def __mul__(self, o):
+        return self._bin("mul", o)
+
+    def __rmul__(self, o):
+        return self._bin("mul", o, True)
+
+    def __lt__(self, o):
+        return self._bin("lt", o)
+
+    def __le__(self, o):
+        return self._bin("le", o)
+
+    def __gt__(self, o):
+        return self._bin("gt", o)
+
+    def __ge__(self, o):
+        return self._bin("ge", o)
+
+
+class MeasurementValue(_ValueOps):
+    """An integer computed from mid-circuit measurement outcomes, e.g. `m0 ^ m1` or `m0 + 2 * m1 == 3`.
+
+    Made by the operators on `qfx.measure(...)`; pass it to `qfx.cond`, `qfx.switch`, `qfx.while_loop`.
+    It is evaluated during the simulation, so it has no truth value while a circuit is being built (use
+    `qfx.cond`, or write `if m:` inside a function wrapped by `qfx.autograph`).
+    """
+
+    __slots__ = ("expr",)
+
+    def __init__(self, expr: tuple):
+        self.expr = expr
+
+    def _expr(self):
+        return self.expr
+
+    def __eq__(self, o):  # type: ignore[override]
+        return self._bin("eq", o)
+
+    def __ne__(self, o):  # type: ignore[override]
+        return self._bin("ne", o)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __bool__(self):
+        raise TypeError(
+            f"The measurement value {_format(self.expr)} is only known during the simulation; use "
+            "qfx.cond(value, ops), or write `if value:` inside a function wrapped by qfx.autograph."
+        )
+
+    def __repr__(self):
+        return f"MeasurementValue({_format(self.expr)})"
+
+
+def _format(expr: tuple) -> str:
+    kind = expr[0]
+    if kind == "m":
+        return f"m{expr[1]}"
+    if kind == "const":
+        return str(expr[1])
+    if kind == "bool":
+        return _format(expr[1])
+    a, b = (_format(e) for e in expr[1:])
+    return f"({a} {_SYMBOLS[kind]} {b})"
+
+
+def _expr_refs(expr: tuple) -> list[tuple]:
+    """The measurements an expression reads, as `("m", id, link)` leaves."""
+    if expr[0] == "m":
+        return [expr]
+    if expr[0] == "const":
+        return []
+    return [r for e in expr[1:] for r in _expr_refs(e)]
+
+
+def _evaluate(expr: tuple, bit: Callable[[_Token], Array]) -> Array:
+    """The int32 value of an expression, given each measurement's outcome (by token) as an int32 array."""
+    kind = expr[0]
+    if kind == "m":
+        return bit(expr[2].token)
+    if kind == "const":
+        return jnp.asarray(expr[1], jnp.int32)
+    if kind == "bool":
+        return (_evaluate(expr[1], bit) != 0).astype(jnp.int32)
+    a, b = (_evaluate(e, bit) for e in expr[1:])
+    return _BINARY[kind](a, b).astype(jnp.int32)
+
+
+# --- operations ---------------------------------------------------------------------------------------
+
+
+class AbstractControlOperation(AbstractOperation):
+    """Measurements and control flow: run by the control-flow runner, never by the gate kernels."""
+
+    def draw_into(self, rows: list[list[str]], add: Callable, pad: Callable) -> None:
+        """Draws the operation into `qfx.draw`'s rows (called by `qfx.draw`)."""
+        draw_op(self, rows, add, pad)
+
+    @abc.abstractmethod
+    def relabel(self, numbering: dict) -> "AbstractControlOperation":
+        """This operation with its measurements renumbered: `numbering` maps tokens to ids and grows in
+        order of first appearance. Called by `Circuit` (see `qfx/_circuit.py: relabel_ops`)."""
+
+
+class MidMeasure(AbstractControlOperation, _ValueOps):
+    """A mid-circuit measurement of one wire in the computational basis. Made by `qfx.measure`.
+
+    It is also its own outcome (0 or 1): pass it to `qfx.cond`, or combine it (`m == 1`, `~m`,
+    `m0 ^ m1`, `m0 + 2 * m1`). Placing the same measurement twice in a circuit (or in a loop) measures
+    again and overwrites its outcome: conditions read the latest one.
+
+    `id` is its number in the circuit holding it (0, 1, ... in order of first appearance, shown as `m0`,
+    `m1`, ... by `qfx.draw`); a measurement not yet in a `Circuit` has no number (`m?`).
+    """
+
+    wire: int = eqx.field(static=True)
+    reset: bool = eqx.field(static=True)
+    postselect: int | None = eqx.field(static=True)
+    id: "int | _Token" = eqx.field(static=True)
+    link: _Link = eqx.field(static=True)
+
+    @property
+    def wires(self):
+        return (self.wire,)
+
+    @property
+    def name(self) -> str:
+        return "MidMeasure"
+
+    @property
+    def token(self) -> _Token:
+        """The identity of this measurement, the same in every circuit that holds it."""
+        return self.link.token
+
+    def _expr(self):
+        return ("m", self.id, self.link)
+
+    def relabel(self, numbering: dict) -> "MidMeasure":
+        k = _number(self.link, numbering)
+        if isinstance(self.id, int) and k == self.id:
+            return self
+        return MidMeasure(self.wire, self.reset, self.postselect, k, self.link)
+
+    def __eq__(self, o):  # type: ignore[override]
+        return self._bin("eq", o)
+
+    def __ne__(self, o):  # type: ignore[override]
+        return self._bin("ne", o)
+
+    def __hash__(self):
+        return hash((MidMeasure, self.token))
+
+    def __bool__(self):
+        return bool(MeasurementValue(self._expr()))
+
+    def adjoint(self):
+        raise ValueError(f"{self!r} is a measurement: it has no inverse, so neither has the circuit.")
+
+    def __repr__(self):
+        extra = (", reset=True" if self.reset else "") + (
+            f", postselect={self.postselect}" if self.postselect is not None else ""
+        )
+        return f"MidMeasure(m{self.id}, wires={self.wire}{extra})"
+
+
+def measure(wire: int, reset: bool = False, postselect: int | None = None) -> MidMeasure:
+    """A mid-circuit measurement of `wire`, usable as an operation and as its outcome.
+
+    **Arguments:**
+
+    - `wire`: the wire to measure in the computational basis.
+    - `reset`: put the wire back into |0> after measuring it.
+    - `postselect`: `0` or `1` to keep only the runs with that outcome (the statistics are conditioned on
+      it; in `mcm="sampled"` mode the outcome is forced and the state renormalised).
+
+    **Returns:** a `MidMeasure`. Circuits holding measurements need `mcm="exact"` or `mcm="sampled"` (with
+    `key=`) in `qfx.state`, `qfx.probs`, `qfx.expval`, ... Each call makes a new measurement; a `Circuit`
+    numbers those it holds in order of first appearance, so circuits built alike (say, rebuilt in a
+    training loop outside `jit`) are equal and share one compilation.
+
+    ```python
+    m = qfx.measure(0)
+    circ = qfx.Circuit([qfx.H(0), m, qfx.cond(m, [qfx.X(1)])])
+    qfx.probs(circ, mcm="exact")  # [0.5, 0, 0, 0.5]
+    ```
+    """
+    if not isinstance(wire, (int, np.integer)) or isinstance(wire, bool) or wire < 0:
+        raise ValueError(f"qfx.measure: wire must be a non-negative int, got {wire!r}.")
+    if postselect not in (None, 0, 1):
+        raise ValueError(f"qfx.measure: postselect must be None, 0 or 1, got {postselect!r}.")
+    token = _Token()
+    return MidMeasure(int(wire), bool(reset), None if postselect is None else int(postselect), token, _Link(token))
+
+
+def _as_circuit(ops, what: str) -> Circuit:
+    if isinstance(ops, Circuit):
+        return ops
+    if isinstance(ops, AbstractOperation):
+        ops = [ops]
+    if not isinstance(ops, Iterable):
+        raise TypeError(f"{what}: expected an operation, a list of operations or a Circuit, got {ops!r}.")
+    return Circuit(ops)
+
+
+def _union_wires(ops) -> tuple[int, ...]:
+    return tuple(sorted({w for op in ops for w in op.wires}))
+
+
+def _traced_index(value, what: str) -> Array:
+    """A traced (or concrete) predicate or branch index, held as a float leaf so that `jax.grad` over a
+    circuit holding it works (its gradient is zero)."""
+    value = jnp.asarray(value)
+    if value.shape != ():
+        raise ValueError(f"{what}: the predicate or index must be a scalar, got shape {value.shape}.")
+    if jnp.issubdtype(value.dtype, jnp.inexact):
+        raise TypeError(f"{what}: the predicate or index must be a bool or an int, got dtype {value.dtype}.")
+    return value.astype(real_dtype())
+
+
+class Cond(AbstractControlOperation):
+    """Runs one of `branches`, chosen by a traced index or by mid-circuit measurement outcomes.
+
+    Lowered to `lax.switch` (`lax.cond` for two branches). Build it with `qfx.cond` or `qfx.switch`.
+
+    **Arguments:**
+
+    - `branches`: one `Circuit` per branch; branch `k` runs when the index is `k` (clamped to range).
+    - `index`: a float scalar leaf holding a traced index, or None.
+    - `expr`: a static measurement expression giving the index, or None.
+    """
+
+    branches: tuple[Circuit, ...]
+    index: Array | None
+    expr: tuple | None = eqx.field(static=True)
+
+    def __check_init__(self):
+        if (self.index is None) == (self.expr is None):
+            raise ValueError("Cond: give exactly one of index (a traced value) and expr (measurements).")
+
+    @property
+    def wires(self):
+        return _union_wires(op for b in self.branches for op in b.ops)
+
+    def relabel(self, numbering: dict) -> "Cond":
+        # The condition is read before a branch runs: its measurements come first.
+        expr = None if self.expr is None else _relabel_expr(self.expr, numbering)
+        branches = tuple(relabel_circuit(b, numbering) for b in self.branches)
+        if expr == self.expr and all(a is b for a, b in zip(branches, self.branches, strict=True)):
+            return self
+        return Cond(branches, self.index, expr)
+
+    def adjoint(self) -> "Cond":
+        if self.expr is not None:
+            raise ValueError("A conditional on measurement outcomes has no inverse.")
+        return Cond(tuple(b.inverse() for b in self.branches), self.index, None)
+
+    def __repr__(self):
+        pred = _format(self.expr) if self.expr is not None else "index"
+        return f"Cond({pred}, branches={list(self.branches)!r})"
+
+
+def cond(
+    predicate: "MeasurementValue | MidMeasure | ArrayLike",
+    true_ops: "Circuit | AbstractOperation | Iterable[AbstractOperation]",
+    false_ops: "Circuit | AbstractOperation | Iterable[AbstractOperation] | None" = None,
+) -> Cond:
+    """Runs `true_ops` when `predicate` holds, else `false_ops` (nothing by default).
+
+    **Arguments:**
+
+    - `predicate`: a measurement value (`m`, `m == 0`, `m0 ^ m1`: true when nonzero), or a bool / int
+      array, possibly traced.
+    - `true_ops`, `false_ops`: an operation, a list of operations or a `Circuit`.
+
+    **Returns:** a `Cond`, lowered to `lax.cond`; in `mcm="exact"` mode both branches run, each on the
+    part of the state whose outcomes select it.
+
+    ```python
+    m = qfx.measure(0)
+    qfx.Circuit([qfx.H(0), m, qfx.cond(m, [qfx.X(1)], [qfx.H(1)])])
+    ```
+    """
+    branches = (
+        _as_circuit(() if false_ops is None else false_ops, "qfx.cond"),
+        _as_circuit(true_ops, "qfx.cond"),
+    )
+    if isinstance(predicate, (MeasurementValue, MidMeasure)):
+        return Cond(branches, None, ("bool", _as_expr(predicate, "qfx.cond")))
+    index = _traced_index(predicate, "qfx.cond")
+    return Cond(branches, (index != 0).astype(index.dtype), None)
+
+
+def switch(index: "MeasurementValue | MidMeasure | ArrayLike", branches: Sequence) -> Cond:
+    """Runs `branches[index]`; the index is clamped into range (as `lax.switch` does).
+
+    **Arguments:**
+
+    - `index`: a measurement value such as `m0 + 2 * m1`, or an int array, possibly traced.
+    - `branches`: a list whose entries are operations, lists of operations or `Circuit`s.
+
+    **Returns:** a `Cond` with one branch per entry, lowered to `lax.switch`.
+    """
+    if isinstance(branches, (Circuit, AbstractOperation)) or not branches:
+        raise ValueError("qfx.switch: branches must be a non-empty list of branches.")
+    circuits = tuple(_as_circuit(b, "qfx.switch") for b in branches)
+    if isinstance(index, (MeasurementValue, MidMeasure)):
+        return Cond(circuits, None, _as_expr(index, "qfx.switch"))
+    return Cond(circuits, _traced_index(index, "qfx.switch"), None)
+
+
+class _Body(eqx.Module):
+    """`fn(i, *args)`: a loop body with its (static) function and (leaf) arguments."""
+
+    fn: Callable = eqx.field(static=True)
+    args: tuple
+
+    def __call__(self, i):
+        return self.fn(i, *self.args)
+
+
+def _body_ops(out, what: str) -> tuple[AbstractOperation, ...]:
+    if isinstance(out, Circuit):
+        return out.ops
+    if isinstance(out, AbstractOperation):
+        return (out,)
+    if isinstance(out, Iterable):
+        return _as_circuit(list(out), what).ops
+    raise TypeError(
+        f"{what}: the body must return an operation, a list of operations or a Circuit, got {out!r}."
+    )
+
+
+class ForLoop(AbstractControlOperation):
+    """A loop whose body is built from the index `i`: `body(i)` returns the operations of iteration `i`.
+
+    A static `length` runs under `lax.scan` (compile time independent of the length; reverse-mode
+    gradients work); a traced length (`num_iterations`) under `lax.fori_loop`, a while loop, so only
+    forward-mode derivatives (`jax.jvp`, `jax.jacfwd`) exist through it. Build it with `qfx.for_loop`.
+
+    **Arguments:**
+
+    - `body`: a callable pytree (its array leaves are parameters) mapping an int32 index to operations.
+    - `length`: the static number of iterations, or None when `num_iterations` is given.
+    - `num_iterations`: a float scalar leaf holding a traced number of iterations, or None.
+    """
+
+    body: Callable
+    length: int | None = eqx.field(static=True)
+    num_iterations: Array | None
+    _wires: tuple[int, ...] = eqx.field(static=True)
+
+    def __init__(self, body, length=None, num_iterations=None):
+        if (length is None) == (num_iterations is None):
+            raise ValueError("ForLoop: give exactly one of length (static) and num_iterations (traced).")
+        self.body = body
+        self.length = length
+        self.num_iterations = num_iterations
+        self._wires = _union_wires(self.skeleton())
+
+    @property
+    def wires(self):
+        return self._wires
+
+    def relabel(self, numbering: dict) -> "ForLoop":
+        # Only measurements passed in the body's arguments are static structure of the loop; those the
+        # body makes when called are not (the runner keys them by their place in the body).
+        if not any(_can_relabel(x) for x in jax.tree.leaves(self.body, is_leaf=_can_relabel)):
+            return self
+        body = jax.tree.map(
+            lambda x: x.relabel(numbering) if _can_relabel(x) else x,
+            self.body,
+            is_leaf=_can_relabel,
+        )
+        return eqx.tree_at(lambda loop: loop.body, self, body)  # not ForLoop(...): no new skeleton
+
+    def ops_at(self, i) -> tuple[AbstractOperation, ...]:
+        """The operations of iteration `i`."""
+        return _body_ops(self.body(i), "qfx.for_loop")
+
+    def skeleton(self) -> tuple[AbstractOperation, ...]:
+        """The body's operations with shape-only leaves (nothing is computed)."""
+        return eqx.filter_eval_shape(self.ops_at, jax.ShapeDtypeStruct((), jnp.int32))
+
+    def adjoint(self) -> "ForLoop":
+        if self.length is None:
+            raise ValueError("A qfx.for_loop with a traced number of iterations has no inverse.")
+        return ForLoop(_Body(_inverse_iteration, (self.body, self.length)), self.length)
+
+    def __repr__(self):
+        length = self.length if self.length is not None else "traced"
+        return f"ForLoop(length={length}, body={self.body!r})"
+
+
+def _inverse_iteration(i, body, length):
+    return Circuit(_body_ops(body(length - 1 - i), "qfx.for_loop")).inverse()
+
+
+def for_loop(length: "int | ArrayLike", body: Callable[..., Any], *args: Any) -> ForLoop:
+    """A loop of `length` iterations whose operations `body(i, *args)` may depend on the index `i`.
+
+    **Arguments:**
+
+    - `length`: a non-negative int (static: `lax.scan`, reverse mode works), or an int array, possibly
+      traced (`lax.fori_loop`: forward-mode derivatives only).
+    - `body`: `body(i, *args)` returns an operation, a list of operations or a `Circuit`. `i` is a traced
+      int32 scalar, so index parameters with it (`thetas[i]`), not Python control flow. Its structure must
+      not depend on `i`. Use a named function: it is static structure, compared by identity.
+    - `*args`: arrays (or pytrees) the body reads; they are the loop's parameter leaves, so `jax.grad`
+      over the circuit reaches them.
+
+    **Returns:** a `ForLoop`. For parameters stacked per layer, `qfx.repeat` is the same thing.
+
+    ```python
+    def layer(i, thetas):
+        return [qfx.RX(thetas[i], wires=0), qfx.CNOT(wires=(0, 1))]
+    circ = qfx.Circuit([qfx.for_loop(1000, layer, jnp.linspace(0, 1, 1000))])
+    ```
+    """
+    if not callable(body):
+        raise TypeError(f"qfx.for_loop: body must be callable, got {body!r}.")
+    fn = body if isinstance(body, eqx.Module) and not args else _Body(body, args)
+    if isinstance(length, (int, np.integer)) and not isinstance(length, bool):
+        if length < 0:
+            raise ValueError(f"qfx.for_loop: length must be non-negative, got {length}.")
+        return ForLoop(fn, int(length))
+    return ForLoop(fn, num_iterations=_traced_index(length, "qfx.for_loop"))
+
+
+class WhileLoop(AbstractControlOperation):
+    """Repeats `body` while a condition on measurement outcomes holds; at most `max_iterations` times.
+
+    With `max_iterations` it runs under `lax.scan` with a `lax.cond` per step (reverse mode works);
+    without, under `lax.while_loop` (forward-mode derivatives only). Build it with `qfx.while_loop`.
+    """
+
+    body: Circuit
+    expr: tuple = eqx.field(static=True)
+    max_iterations: int | None = eqx.field(static=True)
+
+    @property
+    def wires(self):
+        return _union_wires(self.body.ops)
+
+    def relabel(self, numbering: dict) -> "WhileLoop":
+        expr = _relabel_expr(self.expr, numbering)  # read before the body runs
+        body = relabel_circuit(self.body, numbering)
+        if expr == self.expr and body is self.body:
+            return self
+        return WhileLoop(body, expr, self.max_iterations)
+
+    def adjoint(self):
+        raise ValueError("A qfx.while_loop (it depends on measurement outcomes) has no inverse.")
+
+    def __repr__(self):
+        return f"WhileLoop({_format(self.expr)}, max_iterations={self.max_iterations}, body={self.body!r})"
+
+
+def while_loop(
+    condition: "MeasurementValue | MidMeasure",
+    body: "Circuit | AbstractOperation | Iterable[AbstractOperation]",
+    *,
+    max_iterations: int | None = None,
+) -> WhileLoop:
+    """Runs `body` while `condition` (on measurement outcomes) is nonzero, checked before each iteration.
+
+    Repeat until success: run one attempt, then loop while it failed. With `m` measured in `attempt`:
+
+    ```python
+    circ = qfx.Circuit([*attempt, qfx.while_loop(m, attempt, max_iterations=20)])
+    ```
+
+    **Arguments:**
+
+    - `condition`: a measurement value; outcomes not yet measured read 0.
+    - `body`: an operation, a list of operations or a `Circuit`, typically measuring what `condition`
+      reads.
+    - `max_iterations`: a bound on the iterations (`lax.scan`: reverse-mode gradients work, and in
+      `mcm="exact"` mode the leftover weight stays in the unfinished branches), or None
+      (`lax.while_loop`: forward mode only; exact mode stops once the looping weight is below the dtype's
+      epsilon).
+
+    **Returns:** a `WhileLoop`.
+    """
+    if not isinstance(condition, (MeasurementValue, MidMeasure)):
+        raise TypeError(
+            "qfx.while_loop: the condition must be a measurement value (from qfx.measure), got "
+            f"{type(condition).__name__}. For loops over a traced count use qfx.for_loop."
+        )
+    if max_iterations is not None and (
+        not isinstance(max_iterations, (int, np.integer))
+        or isinstance(max_iterations, bool)
+        or max_iterations < 0
+    ):
+        raise ValueError(
+            f"qfx.while_loop: max_iterations must be a non-negative int or None, got {max_iterations!r}."
+        )
+    expr = ("bool", _as_expr(condition, "qfx.while_loop"))
+    return WhileLoop(
+        _as_circuit(body, "qfx.while_loop"), expr, None if max_iterations is None else int(max_iterations)
+    )
+
+
+# --- drawing ------------------------------------------------------------------------------------------
+
+
+def draw_op(op, rows: list[list[str]], add: Callable, pad: Callable) -> None:
+    """Draws a control-flow operation into `qfx.draw`'s rows (one list of strings per wire), using its
+    `add(op)` and `pad()`. Loops are drawn once, with their count: never unrolled."""
+
+    def bracket(parts: list[tuple[str, Callable[[], None]]], closing: str):
+        wires = op.wires
+        if not wires:
+            return
+        lo, hi = min(wires), max(wires)
+        for i, (label, draw_body) in enumerate(parts):
+            pad()
+            for w in range(lo, hi + 1):
+                rows[w].append(("[" if i == 0 else "│") + (label if w == lo else " " * len(label)))
+            draw_body()
+        pad()
+        for w in range(lo, hi + 1):
+            rows[w].append(closing if w == lo else "]" + " " * (len(closing) - 1))
+
+    def ops_drawer(ops):
+        return lambda: [add(inner) for inner in ops]
+
+    if isinstance(op, MidMeasure):
+        label = (
+            f"M{op.id}"
+            + ("→0" if op.reset else "")
+            + (f"={op.postselect}" if op.postselect is not None else "")
+        )
+        pad()
+        rows[op.wire].append(f"─{label}─")
+    elif isinstance(op, Cond):
+        pred = _format(op.expr) if op.expr is not None else "·"
+        if len(op.branches) == 2 and (op.expr is None or op.expr[0] == "bool"):
+            parts = [(f"if {pred}: ", ops_drawer(op.branches[1].ops))]
+            if op.branches[0].ops:
+                parts.append(("else: ", ops_drawer(op.branches[0].ops)))
+        else:
+            parts = [(f"case {k}: ", ops_drawer(b.ops)) for k, b in enumerate(op.branches)]
+            parts[0] = (f"switch {pred} " + parts[0][0], parts[0][1])
+        bracket(parts, "]")
+    elif isinstance(op, ForLoop):
+
+        def draw_body():
+            # Drawn from a traced index, so that parameters depending on it show as "·".
+            def trace(i):
+                for inner in op.ops_at(i):
+                    add(inner)
+
+            jax.eval_shape(trace, jax.ShapeDtypeStruct((), jnp.int32))
+
+        length = op.length if op.length is not None else "·"
+        bracket([("for i: ", draw_body)], f"]×{length}")
+    elif isinstance(op, WhileLoop):
+        bound = f"≤{op.max_iterations}" if op.max_iterations is not None else ""
+        bracket([(f"while {_format(op.expr)}: ", ops_drawer(op.body.ops))], f"]{bound}")
+    else:  # pragma: no cover
+        raise TypeError(f"qfx.draw cannot draw {op!r}.")

@@ -1,0 +1,633 @@
+"""Running circuits that hold control flow and mid-circuit measurements (`qfx/_control.py`).
+
+One traversal (`_run`) turns loops and branches into `lax.scan` / `lax.fori_loop` / `lax.switch` /
+`lax.while_loop`, and hands each step to a simulator that says how it acts on the carried state:
+- `_Pure` (no measurements): the state vector;
+- `_Sampled` (`mcm="sampled"`): `(state, record, key)`, one trajectory; outcomes are drawn, the state
+  collapses and is renormalised, and the int32 `record` keeps the latest outcome of each measurement;
+- `_Exact` (`mcm="exact"`): a classical-quantum state, one unnormalised density matrix per value of the
+  record, so that loops keep a fixed shape and branches merge (memory `2**registers * 4**num_wires`).
+Gates go through the same kernel as everywhere (`qfx/_kernels.py: apply_gate`); the density matrix is
+a flat vector over record bits, row wires and column wires, and `U rho U^dagger` is two kernel calls.
+
+Also here: the entry points `qfx.state`, `qfx.probs`, ... call (`run_control`, `mixed_*`), and the
+functional style (`qfx.apply`, `qfx.measure_state`, `qfx.zero_state`).
+"""
+
+from collections.abc import Sequence
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, PRNGKeyArray
+import numpy as np
+
+from . import _kernels as K
+from ._circuit import Circuit, Repeat, relabel_ops
+from ._control import (
+    AbstractControlOperation,
+    Cond,
+    ForLoop,
+    MidMeasure,
+    WhileLoop,
+    _evaluate,
+    _expr_refs,
+    _format,
+    measure,
+)
+from ._custom_types import complex_dtype, real_dtype
+from ._gates import AbstractGate, AbstractOperation
+from ._observables import LinearCombination, PauliWord
+from .diff import Backprop
+
+# --- static analysis ----------------------------------------------------------------------------------
+
+
+def has_control(ops) -> bool:
+    """Whether `ops` (a circuit's) hold any control-flow operation or measurement, Repeat bodies included."""
+    for op in ops:
+        if isinstance(op, AbstractControlOperation):
+            return True
+        if isinstance(op, Repeat) and has_control(op.body.ops):
+            return True
+    return False
+
+
+def _loop_tokens(ops, alias: dict) -> list:
+    """Tokens of the measurements a loop body holds that the enclosing scope does not know (those it made
+    when called), in order; not inside nested loop bodies (they have their own)."""
+    out: list = []
+
+    def visit(ops):
+        for op in ops:
+            if isinstance(op, MidMeasure) and op.token not in alias and op.token not in out:
+                out.append(op.token)
+            elif isinstance(op, Repeat):
+                visit(op.body.ops)
+            elif isinstance(op, Cond):
+                for b in op.branches:
+                    visit(b.ops)
+            elif isinstance(op, WhileLoop):
+                visit(op.body.ops)
+
+    visit(ops)
+    return out
+
+
+class _Program:
+    """The classical registers of a circuit, keyed by measurement token through `alias` (token -> register
+    key). A measurement of the circuit (its branches, Repeat bodies and loop arguments included) has the
+    register `("m", id)`, `id` its number in the circuit; those a `for_loop` body makes afresh at each call
+    (new tokens each time) are keyed by the loop's position and their order in the body."""
+
+    def __init__(self, ops):
+        self.slots: dict = {}
+        self.referenced: list = []
+        self.num_measurements = 0
+        numbering: dict = {}
+        relabel_ops(tuple(ops), numbering)  # the circuit's own numbering (ops need not be a Circuit's)
+        self.alias = {token: ("m", k) for token, k in numbering.items()}
+        self._visit(ops, self.alias, ())
+        missing = [ref for key, ref in self.referenced if key not in self.slots]
+        if missing:
+            raise ValueError(
+                f"A condition reads the outcome {_format(missing[0])}, but that measurement is not in the "
+                "circuit; "
+                "put the qfx.measure(...) operation in the circuit before the condition that reads it."
+            )
+
+    def _visit(self, ops, alias, path):
+        for j, op in enumerate(ops):
+            p = path + (j,)
+            if isinstance(op, MidMeasure):
+                self.num_measurements += 1
+                self.slots.setdefault(alias[op.token], len(self.slots))
+            elif isinstance(op, Repeat):
+                self._visit(op.body.ops, alias, p)
+            elif isinstance(op, Cond):
+                if op.expr is not None:
+                    self.referenced += [(alias.get(r[2].token), r) for r in _expr_refs(op.expr)]
+                for k, b in enumerate(op.branches):
+                    self._visit(b.ops, alias, p + (k,))
+            elif isinstance(op, WhileLoop):
+                self.referenced += [(alias.get(r[2].token), r) for r in _expr_refs(op.expr)]
+                self._visit(op.body.ops, alias, p)
+            elif isinstance(op, ForLoop):
+                body, inner = loop_body(op, jax.ShapeDtypeStruct((), jnp.int32), alias, p)
+                self._visit(body, inner, p)
+
+    def slot(self, token, alias: dict) -> int:
+        return self.slots[alias[token]]
+
+
+def loop_body(op: ForLoop, i, alias: dict, path: tuple):
+    """The operations of iteration `i`, and `alias` extended with the measurements this call made afresh.
+
+    Every call of the body makes new tokens (the shape-only call that `_Program` makes and the traced one
+    that `_run` makes differ), so those are keyed by their order in the body, the same in every call."""
+    if isinstance(i, jax.ShapeDtypeStruct):
+        ops = op.skeleton()
+    else:
+        ops = op.ops_at(i)
+    fresh = _loop_tokens(ops, alias)
+    inner = dict(alias)
+    inner.update({token: ("loop", path, k) for k, token in enumerate(fresh)})
+    return ops, inner
+
+
+# --- simulators: how each kind of step acts on the carried state --------------------------------------
+
+
+class _Pure:
+    """No measurements: the carry is the state vector."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def gate(self, psi, gate):
+        return K.apply_gate(psi, gate, self.n)
+
+    def measure(self, carry, op, slot):  # pragma: no cover  (circuits with measurements never get here)
+        raise AssertionError
+
+    def switch_on(self, carry, expr, branches, slot):  # pragma: no cover
+        raise AssertionError
+
+    def while_on(self, carry, expr, body, max_iterations, slot):  # pragma: no cover
+        raise AssertionError
+
+
+def _project(psi: Array, wire: int, n: int, b, to) -> Array:
+    """The part of `psi` where `wire` is `b`, moved to the value `to` (b itself, or 0 for a reset)."""
+    t = psi.reshape(2**wire, 2, 2 ** (n - wire - 1))
+    kept = jnp.take(t, b, axis=1)
+    zero = jnp.zeros_like(kept)
+    return jnp.stack([jnp.where(to == 0, kept, zero), jnp.where(to == 1, kept, zero)], axis=1).reshape(-1)
+
+
+class _Sampled:
+    """One trajectory: the carry is `(state, record, key)`; outcomes are drawn and the state collapses."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def gate(self, carry, gate):
+        psi, record, key = carry
+        return K.apply_gate(psi, gate, self.n), record, key
+
+    def measure(self, carry, op: MidMeasure, slot: int):
+        psi, record, key = carry
+        p1 = K.marginal_probs(psi, (op.wire,), self.n)[1]
+        key, sub = jax.random.split(key)
+        if op.postselect is None:
+            b = (jax.random.uniform(sub, (), real_dtype()) < jax.lax.stop_gradient(p1)).astype(jnp.int32)
+        else:
+            b = jnp.asarray(op.postselect, jnp.int32)
+        pb = jnp.where(b == 1, p1, 1 - p1)
+        if op.postselect is not None:
+            pb = eqx.error_if(pb, pb <= 0, f"{op!r}: the post-selected outcome has probability 0.")
+        to = jnp.zeros((), jnp.int32) if op.reset else b
+        psi = _project(psi, op.wire, self.n, b, to) / jnp.sqrt(pb).astype(psi.dtype)
+        return psi, record.at[slot].set(b), key
+
+    def switch_on(self, carry, expr, branches, slot):
+        index = _evaluate(expr, lambda token: carry[1][slot(token)])
+        return jax.lax.switch(index, branches, carry)
+
+    def while_on(self, carry, expr, body, max_iterations, slot):
+        def test(c):
+            return _evaluate(expr, lambda token: c[1][slot(token)]) != 0
+
+        if max_iterations is None:
+            return jax.lax.while_loop(test, body, carry)
+
+        def step(c, _):
+            return jax.lax.cond(test(c), body, lambda c: c, c), None
+
+        return jax.lax.scan(step, carry, length=max_iterations)[0]
+
+
+class _Exact:
+    """All branches: the carry is a classical-quantum state, a flat array over `S` record bits (slot 0
+    most significant), then the `n` row wires, then the `n` column wires of a density matrix."""
+
+    def __init__(self, n, num_slots):
+        self.n, self.S = n, num_slots
+        self.rows = {w: num_slots + w for w in range(n)}
+        self.cols = {w: num_slots + n + w for w in range(n)}
+        self.total = num_slots + 2 * n
+        records = np.arange(2**num_slots)
+        self.bits = [jnp.asarray((records >> (num_slots - 1 - s)) & 1, jnp.int32) for s in range(num_slots)]
+
+    def initial(self, psi0: Array) -> Array:
+        rho = jnp.outer(psi0, psi0.conj()).reshape(-1)
+        return jnp.zeros((2**self.S, rho.shape[0]), psi0.dtype).at[0].set(rho).reshape(-1)
+
+    def gate(self, x, gate):
+        x = K.apply_gate(x, gate, self.total, self.rows)
+        return K.apply_gate(x.conj(), gate, self.total, self.cols).conj()
+
+    def measure(self, x, op: MidMeasure, slot: int):
+        a, b = 2**slot, 2 ** (self.S - slot - 1)
+        c, d = 2**op.wire, 2 ** (self.n - op.wire - 1)
+        t = x.reshape(a, 2, b, c, 2, d, c, 2, d).sum(axis=1)  # forget the register's previous outcome
+        blocks = []
+        for outcome in (0, 1):
+            block = t[:, :, :, outcome, :, :, outcome, :]
+            if op.postselect is not None and outcome != op.postselect:
+                block = jnp.zeros_like(block)
+            to = 0 if op.reset else outcome
+            e = jnp.zeros((2, 2), x.dtype).at[to, to].set(1)
+            blocks.append(jnp.einsum("abcdef,xy->abcxdeyf", block, e))
+        return jnp.stack(blocks, axis=1).reshape(-1)
+
+    def _mask(self, x, mask: Array) -> Array:
+        return (x.reshape(2**self.S, -1) * mask.astype(x.dtype)[:, None]).reshape(-1)
+
+    def _index(self, expr, slot) -> Array:
+        return _evaluate(expr, lambda token: self.bits[slot(token)])
+
+    def switch_on(self, x, expr, branches, slot):
+        index = jnp.clip(self._index(expr, slot), 0, len(branches) - 1)
+        out = jnp.zeros_like(x)
+        for k, branch in enumerate(branches):
+            out = out + branch(self._mask(x, index == k))
+        return out
+
+    def weight(self, x) -> Array:
+        """The trace of each record's density matrix: the probability of each classical record."""
+        dim = 2**self.n
+        diag = jnp.diagonal(x.reshape(2**self.S, dim, dim), axis1=1, axis2=2)
+        return jnp.real(jnp.sum(diag, axis=1)).astype(real_dtype())
+
+    def while_on(self, x, expr, body, max_iterations, slot):
+        active = self._index(expr, slot) != 0
+
+        def step(x):
+            looping = self._mask(x, active)
+            return x - looping + body(looping)
+
+        if max_iterations is not None:
+            return jax.lax.scan(lambda x, _: (step(x), None), x, length=max_iterations)[0]
+        eps = float(jnp.finfo(real_dtype()).eps)
+        return jax.lax.while_loop(lambda x: jnp.sum(self.weight(self._mask(x, active))) > eps, step, x)
+
+
+# --- the traversal ------------------------------------------------------------------------------------
+
+
+def _run(ops, carry, sim, program: _Program, alias: dict, path: tuple):
+    """Applies `ops` to the carried state with simulator `sim`; loops and branches become JAX control flow."""
+
+    def slot(token):
+        return program.slot(token, alias)
+
+    for j, op in enumerate(ops):
+        p = path + (j,)
+        if isinstance(op, AbstractGate):
+            carry = sim.gate(carry, op)
+        elif isinstance(op, Repeat):
+
+            @jax.checkpoint
+            def layer(c, body, p=p):
+                return _run(body.ops, c, sim, program, alias, p), None
+
+            carry, _ = jax.lax.scan(layer, carry, op.body, length=op.length)
+        elif isinstance(op, MidMeasure):
+            carry = sim.measure(carry, op, slot(op.token))
+        elif isinstance(op, Cond):
+            branches = [
+                (lambda c, b=b, k=k, p=p: _run(b.ops, c, sim, program, alias, p + (k,)))
+                for k, b in enumerate(op.branches)
+            ]
+            if op.expr is None:
+                carry = jax.lax.switch(op.index.astype(jnp.int32), branches, carry)
+            else:
+                carry = sim.switch_on(carry, op.expr, branches, slot)
+        elif isinstance(op, ForLoop):
+
+            @jax.checkpoint
+            def iteration(c, i, op=op, p=p):
+                body, inner = loop_body(op, i, alias, p)
+                return _run(body, c, sim, program, inner, p), None
+
+            if op.length is not None:
+                carry, _ = jax.lax.scan(iteration, carry, jnp.arange(op.length, dtype=jnp.int32))
+            else:
+                stop = op.num_iterations.astype(jnp.int32)
+                carry = jax.lax.fori_loop(jnp.int32(0), stop, lambda i, c: iteration(c, i)[0], carry)
+        elif isinstance(op, WhileLoop):
+
+            def body(c, op=op, p=p):
+                return _run(op.body.ops, c, sim, program, alias, p)
+
+            carry = sim.while_on(carry, op.expr, body, op.max_iterations, slot)
+        else:
+            raise TypeError(f"{op!r} is not a qfx operation that circuits can run.")
+    return carry
+
+
+# --- entry points used by qfx.state, qfx.probs, ... ---------------------------------------------------
+
+
+class Mixed(eqx.Module):
+    """The outcome of `mcm="exact"`: the normalised density matrix and the record probabilities."""
+
+    rho: Array
+    records: Array
+
+
+def _check_mode(circuit: Circuit, program: _Program, mcm, key, diff, fn: str) -> str:
+    if not isinstance(diff, Backprop):
+        raise ValueError(
+            f"qfx.{fn}: diff={diff!r} cannot differentiate a circuit with control flow or mid-circuit "
+            "measurements (qfx.cond, qfx.for_loop, qfx.while_loop, qfx.measure). Use "
+            "diff=qfx.diff.Backprop() "
+            "(the default): JAX differentiates through them (reverse mode where loop lengths are static)."
+        )
+    if mcm not in (None, "exact", "sampled"):
+        raise ValueError(f"qfx.{fn}: mcm must be 'exact', 'sampled' or None, got {mcm!r}.")
+    if program.num_measurements == 0:
+        return "pure"
+    if mcm is None:
+        raise ValueError(
+            f"qfx.{fn}: the circuit has mid-circuit measurements (qfx.measure), so pass mcm='exact' (all "
+            "outcomes, weighted by their probabilities) or mcm='sampled' with key=jax.random.key(0) (one "
+            "trajectory; jax.vmap over keys for many)."
+        )
+    if mcm == "sampled" and key is None:
+        raise ValueError(
+            f"qfx.{fn}: mcm='sampled' draws the measurement outcomes, so it needs key=jax.random.key(0)."
+        )
+    if mcm == "exact" and key is not None:
+        raise ValueError(f"qfx.{fn}: mcm='exact' uses no randomness; drop key= (or use mcm='sampled').")
+    return mcm
+
+
+def simulate(
+    circuit: Circuit, psi0: Array, *, mcm, key, diff, fn: str
+) -> "tuple[Array | Mixed, Array | None]":
+    """Runs a circuit holding control-flow operations.
+
+    **Returns:** `(final, record)`: the pure final state (and, in sampled mode, the int32 record of
+    outcomes, one per register) or, in exact mode, a `Mixed` (and None).
+    """
+    program = _Program(circuit.ops)
+    mode = _check_mode(circuit, program, mcm, key, diff, fn)
+    n = circuit.num_wires
+    if mode == "pure":
+        return _run(circuit.ops, psi0, _Pure(n), program, program.alias, ()), None
+    if mode == "sampled":
+        record = jnp.zeros(len(program.slots), jnp.int32)
+        psi, record, _ = _run(circuit.ops, (psi0, record, key), _Sampled(n), program, program.alias, ())
+        return psi, record
+    sim = _Exact(n, len(program.slots))
+    x = _run(circuit.ops, sim.initial(psi0), sim, program, program.alias, ())
+    weights = sim.weight(x)
+    dim = 2**n
+    rho = jnp.sum(x.reshape(2**sim.S, dim, dim), axis=0)
+    total = jnp.sum(weights)
+    return Mixed(rho / total.astype(rho.dtype), weights / total), None
+
+
+def run_control(circuit, psi0, args, *, pure, mixed, mcm, key, diff, fn: str):
+    """`pure(final_state, args)`, or `mixed(rho, args)` in exact mode; for `qfx.state`, `qfx.probs`, ..."""
+    final, _ = simulate(circuit, psi0, mcm=mcm, key=key, diff=diff, fn=fn)
+    if not isinstance(final, Mixed):
+        return pure(final, args)
+    if mixed is None:
+        raise ValueError(
+            f"qfx.{fn}: with mcm='exact' the state after mid-circuit measurements is a mixture of branches, "
+            "not a state vector. Use qfx.density_matrix, or mcm='sampled' with a key for one trajectory's "
+            "state."
+        )
+    return mixed(final.rho, args)
+
+
+def mixed_probs(rho: Array, wires: tuple[int, ...]) -> Array:
+    n = round(math.log2(rho.shape[0]))
+    p = jnp.real(jnp.diagonal(rho)).reshape((2,) * n)
+    p = jnp.sum(p, axis=tuple(a for a in range(n) if a not in wires))
+    ascending = sorted(wires)
+    return p.transpose([ascending.index(w) for w in wires]).reshape(-1).astype(real_dtype())
+
+
+def _apply_rows(rho: Array, lc: LinearCombination) -> Array:
+    """O rho, with O applied to the row wires of the flat density matrix."""
+    n2 = round(math.log2(rho.size))
+    flat = rho.reshape(-1)
+    out = jnp.zeros_like(flat)
+    for c, t in zip(lc.coeffs, lc.terms, strict=True):
+        if isinstance(t, PauliWord):
+            term = K.apply_pauli_word(flat, t.word, n2)
+        else:
+            term = K.apply_matrix(flat, t.matrix.astype(flat.dtype), t.wires, n2)
+        out = out + c.astype(flat.dtype) * term
+    return out.reshape(rho.shape)
+
+
+def mixed_expvals(rho: Array, lcs: Sequence[LinearCombination]) -> Array:
+    return jnp.stack([jnp.real(jnp.trace(_apply_rows(rho, lc))).astype(real_dtype()) for lc in lcs])
+
+
+def mixed_vars(rho: Array, lcs: Sequence[LinearCombination]) -> Array:
+    out = []
+    for lc in lcs:
+        o_rho = _apply_rows(rho, lc)
+        mean = jnp.real(jnp.trace(o_rho))
+        square = jnp.real(jnp.trace(_apply_rows(o_rho, lc)))
+        out.append((square - mean**2).astype(real_dtype()))
+    return jnp.stack(out)
+
+
+def mixed_density_matrix(rho: Array, wires: tuple[int, ...]) -> Array:
+    n = round(math.log2(rho.shape[0]))
+    rest = [w for w in range(n) if w not in wires]
+    k = len(wires)
+    perm = list(wires) + rest + [n + w for w in wires] + [n + w for w in rest]
+    t = rho.reshape((2,) * 2 * n).transpose(perm).reshape(2**k, 2 ** (n - k), 2**k, 2 ** (n - k))
+    return jnp.einsum("ajbj->ab", t)
+
+
+def _bits(index: Array, k: int) -> Array:
+    return ((index[..., None] >> jnp.arange(k - 1, -1, -1)) & 1).astype(jnp.int32)
+
+
+def control_sample(circuit: Circuit, psi0: Array, *, key, shots: int, wires, mcm) -> Array:
+    """`qfx.sample` of a circuit with control flow: in sampled mode each shot is its own trajectory."""
+    n = circuit.num_wires
+    program = _Program(circuit.ops)
+    # `key` is always there for the final readout: only sampled mode draws outcomes with it.
+    mode = _check_mode(circuit, program, mcm, key if mcm == "sampled" else None, Backprop(), "sample")
+    if mode == "sampled":
+
+        def one(k):
+            k_run, k_read = jax.random.split(k)
+            psi, _ = simulate(circuit, psi0, mcm=mcm, key=k_run, diff=Backprop(), fn="sample")
+            p = jax.lax.stop_gradient(K.marginal_probs(psi, wires, n))
+            return jax.random.choice(k_read, p.shape[0], p=p)
+
+        return _bits(jax.vmap(one)(jax.random.split(key, shots)), len(wires))
+    final, _ = simulate(
+        circuit, psi0, mcm=mcm if mode == "exact" else None, key=None, diff=Backprop(), fn="sample"
+    )
+    p = mixed_probs(final.rho, wires) if isinstance(final, Mixed) else K.marginal_probs(final, wires, n)
+    idx = jax.random.choice(key, p.shape[0], shape=(shots,), p=jax.lax.stop_gradient(p))
+    return _bits(idx, len(wires))
+
+
+def outcome_probs(
+    circuit: Circuit,
+    measurements: "MidMeasure | Sequence[MidMeasure]",
+    *,
+    mcm: str,
+    key: PRNGKeyArray | None = None,
+    initial_state: ArrayLike | None = None,
+) -> Array:
+    """The joint distribution of the latest outcomes of mid-circuit measurements at the end of the circuit.
+
+    **Arguments:**
+
+    - `circuit`: a circuit holding the measurements (outside `qfx.for_loop` bodies, whose measurements
+      are made afresh at each iteration).
+    - `measurements`: one `MidMeasure` or a list of them; the first is the most significant bit.
+    - `mcm`: `"exact"` (the probabilities) or `"sampled"` (needs `key`: the one-hot record of one
+      trajectory, so the mean over `jax.vmap`-ed keys estimates the probabilities).
+    - `initial_state`: as for `qfx.state`.
+
+    **Returns:** a real array of shape `(2**len(measurements),)`; post-selection renormalises it.
+
+    ```python
+    m = qfx.measure(0)
+    circ = qfx.Circuit([qfx.RY(0.5, wires=0), m])
+    qfx.outcome_probs(circ, m, mcm="exact")  # [cos(0.25)**2, sin(0.25)**2]
+    ```
+    """
+    if not isinstance(circuit, Circuit):
+        raise TypeError(f"qfx.outcome_probs: expected a qfx.Circuit, got {type(circuit).__name__}.")
+    ms = (measurements,) if isinstance(measurements, MidMeasure) else tuple(measurements)
+    if not ms or not all(isinstance(m, MidMeasure) for m in ms):
+        raise TypeError(f"qfx.outcome_probs: expected qfx.measure(...) operations, got {measurements!r}.")
+    program = _Program(circuit.ops)
+    # By token: `ms` may be the measurements as made by qfx.measure (not numbered) or the circuit's own.
+    keys = [program.alias.get(m.token) for m in ms]
+    missing = [m for m, key in zip(ms, keys, strict=True) if key not in program.slots]
+    if missing:
+        raise ValueError(f"qfx.outcome_probs: {missing[0]!r} is not in the circuit.")
+    psi0 = initial_state_of(circuit, initial_state)
+    final, record = simulate(circuit, psi0, mcm=mcm, key=key, diff=Backprop(), fn="outcome_probs")
+    slots = [program.slots[key] for key in keys]
+    k, s = len(ms), len(program.slots)
+    if record is not None:
+        index = jnp.sum(record[jnp.asarray(slots)] * 2 ** jnp.arange(k - 1, -1, -1))
+        return jax.nn.one_hot(index, 2**k, dtype=real_dtype())
+    weights = final.records.reshape((2,) * s)
+    weights = jnp.sum(weights, axis=tuple(a for a in range(s) if a not in slots))
+    ascending = sorted(slots)
+    return weights.transpose([ascending.index(a) for a in slots]).reshape(-1)
+
+
+def initial_state_of(circuit: Circuit, initial_state) -> Array:
+    if initial_state is None:
+        return K.zero_state(circuit.num_wires)
+    psi = jnp.asarray(initial_state).astype(complex_dtype())
+    if psi.shape != (2**circuit.num_wires,):
+        raise ValueError(
+            f"initial_state: expected shape ({2**circuit.num_wires},) for {circuit.num_wires} wires, "
+            f"got {psi.shape}."
+        )
+    return psi
+
+
+# --- the functional style -----------------------------------------------------------------------------
+
+
+def zero_state(num_wires: int) -> Array:
+    """|0...0> on `num_wires` wires: a flat complex vector of `2**num_wires` amplitudes."""
+    return K.zero_state(num_wires)
+
+
+def _num_wires_of(state, fn: str) -> int:
+    size = state.shape[0] if getattr(state, "ndim", 0) == 1 else 0
+    n = size.bit_length() - 1
+    if size < 2 or 2**n != size:
+        raise ValueError(
+            f"qfx.{fn}: state must be a flat vector of 2**n amplitudes, got shape "
+            f"{getattr(state, 'shape', None)}."
+        )
+    return n
+
+
+def apply(op: "AbstractOperation | Circuit", state: Array, *, key: PRNGKeyArray | None = None) -> Array:
+    """Applies an operation (or a circuit) to a state vector: quantum programs as JAX functions.
+
+    **Arguments:**
+
+    - `op`: a gate, a `Repeat`, `Cond`, `ForLoop`, `WhileLoop`, `MidMeasure`, or a `Circuit`.
+    - `state`: a flat state vector of `2**n` amplitudes (`qfx.zero_state(n)`); wire 0 is the most
+      significant bit.
+    - `key`: needed when `op` holds measurements: they are sampled (one trajectory). To read an outcome
+      in a program, use `qfx.measure_state`.
+
+    **Returns:** the new state vector.
+
+    ```python
+    def program(theta):
+        state = qfx.zero_state(2)
+        state = qfx.apply(qfx.RX(theta, wires=0), state)
+        return qfx.apply(qfx.CNOT(wires=(0, 1)), state)
+    jax.grad(lambda t: jnp.abs(program(t)[3]) ** 2)(0.3)
+    ```
+    """
+    state = jnp.asarray(state)
+    n = _num_wires_of(state, "apply")
+    ops = op.ops if isinstance(op, Circuit) else (op,)
+    if not all(isinstance(o, AbstractOperation) for o in ops):
+        raise TypeError(f"qfx.apply: expected a qfx operation or Circuit, got {type(op).__name__}.")
+    bad = [w for o in ops for w in o.wires if w >= n]
+    if bad:
+        raise ValueError(
+            f"qfx.apply: {op!r} acts on wire {bad[0]}, but the state has {n} wires (0..{n - 1})."
+        )
+    if isinstance(op, AbstractGate):
+        return K.apply_gate(state, op, n)
+    if not has_control(ops):
+        return K.run(ops, state, n)
+    program = _Program(ops)
+    if program.num_measurements == 0:
+        return _run(ops, state, _Pure(n), program, program.alias, ())
+    if key is None:
+        raise ValueError(
+            "qfx.apply: the operation holds mid-circuit measurements; pass key=jax.random.key(0)."
+        )
+    record = jnp.zeros(len(program.slots), jnp.int32)
+    return _run(ops, (state, record, key), _Sampled(n), program, program.alias, ())[0]
+
+
+def measure_state(
+    state: Array, wire: int, *, key: PRNGKeyArray, reset: bool = False, postselect: int | None = None
+) -> tuple[Array, Array]:
+    """Measures `wire` of a state vector: draws the outcome and collapses (and renormalises) the state.
+
+    **Arguments:**
+
+    - `state`: a flat state vector of `2**n` amplitudes.
+    - `wire`: the wire to measure.
+    - `key`: a PRNG key (keyword-only); `jax.vmap` over keys for many trajectories.
+    - `reset`, `postselect`: as for `qfx.measure`.
+
+    **Returns:** `(outcome, state)`: an int32 scalar (0 or 1) and the post-measurement state.
+
+    ```python
+    bit, state = qfx.measure_state(state, 0, key=key)
+    state = jax.lax.cond(bit == 1, lambda s: qfx.apply(qfx.X(1), s), lambda s: s, state)
+    ```
+    """
+    state = jnp.asarray(state)
+    n = _num_wires_of(state, "measure_state")
+    op = measure(wire, reset, postselect)
+    if op.wire >= n:
+        raise ValueError(f"qfx.measure_state: wire {op.wire} is out of range for {n} wires (0..{n - 1}).")
+    psi, record, _ = _Sampled(n).measure((state, jnp.zeros(1, jnp.int32), key), op, 0)
+    return record[0], psi

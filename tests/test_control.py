@@ -1,0 +1,856 @@
+"""Control flow, mid-circuit measurement and AutoGraph, against analytic values, the dense reference and
+finite differences. Statistical checks use fixed keys and a 5-sigma tolerance from the shot count."""
+
+import math
+import time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import malt
+import numpy as np
+import pytest
+
+import qfx
+
+from . import reference as ref
+from .helpers import central_difference, random_state, tree_allclose
+
+SIGMA = 5.0
+# Jitted entry points: the tests compile each program once instead of dispatching op by op.
+probs, expval, var, density_matrix, outcome_probs, state, sample = (
+    eqx.filter_jit(f)
+    for f in (qfx.probs, qfx.expval, qfx.var, qfx.density_matrix, qfx.outcome_probs, qfx.state, qfx.sample)
+)
+
+
+def _five_sigma(p, shots):
+    """A 5-sigma bound for the mean of `shots` values in [0, 1] with mean `p` (variance <= p (1 - p))."""
+    return SIGMA * np.sqrt(np.maximum(np.asarray(p) * (1 - np.asarray(p)), 1e-4) / shots)
+
+
+def _keys(n, seed=0):
+    return jax.random.split(jax.random.key(seed), n)
+
+
+def _u3(params, wire):
+    return qfx.U3(*params, wires=wire)
+
+
+# --- teleportation: feed-forward reproduces the input state exactly -----------------------------------
+
+
+def _teleport(params):
+    """Teleports U3(params)|0> from wire 0 to wire 2: Bell pair, Bell measurement, X^m1 Z^m0 on wire 2."""
+    m0, m1 = qfx.measure(0), qfx.measure(1)
+    return qfx.Circuit(
+        [
+            _u3(params, 0),
+            qfx.H(1),
+            qfx.CNOT(wires=(1, 2)),
+            qfx.CNOT(wires=(0, 1)),
+            qfx.H(0),
+            m0,
+            m1,
+            qfx.cond(m1, qfx.X(2)),
+            qfx.cond(m0, qfx.Z(2)),
+        ]
+    )
+
+
+PARAMS = (1.1, -0.7, 0.4)
+
+
+def _target_rho(params):
+    psi = ref.op_matrix(qfx.U3(*params, wires=0)) @ np.array([1, 0])
+    return np.outer(psi, psi.conj())
+
+
+def test_teleportation_exact_mode():
+    circ = _teleport(PARAMS)
+    outcomes, rho = _exact_outcomes_and_rho(circ, list(circ.ops[5:7]), [2])
+    np.testing.assert_allclose(np.asarray(rho), _target_rho(PARAMS), atol=1e-6)
+    # The Bell measurement's four outcomes are equally likely, whatever the input.
+    np.testing.assert_allclose(np.asarray(outcomes), [0.25] * 4, atol=1e-6)
+
+
+def test_teleportation_every_trajectory():
+    circ = _teleport(PARAMS)
+    keys = _keys(64)
+    rhos = jax.vmap(lambda k: density_matrix(circ, wires=[2], mcm="sampled", key=k))(keys)
+    for rho in np.asarray(rhos):  # fidelity one in each trajectory, not only on average
+        np.testing.assert_allclose(rho, _target_rho(PARAMS), atol=1e-5)
+    m0, m1 = circ.ops[5], circ.ops[6]
+    outcomes = jax.vmap(lambda k: outcome_probs(circ, [m0, m1], mcm="sampled", key=k))(keys)
+    assert len({int(i) for i in np.argmax(np.asarray(outcomes), axis=1)}) == 4  # all four branches ran
+
+
+def test_teleportation_functional_program():
+    @qfx.autograph
+    def teleport(psi, key):
+        state = jnp.kron(psi, qfx.zero_state(2))
+        state = qfx.apply(qfx.Circuit([qfx.H(1), qfx.CNOT((1, 2)), qfx.CNOT((0, 1)), qfx.H(0)]), state)
+        k0, k1 = jax.random.split(key)
+        m0, state = qfx.measure_state(state, 0, key=k0)
+        m1, state = qfx.measure_state(state, 1, key=k1)
+        if m1 == 1:
+            state = qfx.apply(qfx.X(2), state)
+        if m0 == 1:
+            state = qfx.apply(qfx.Z(2), state)
+        return state
+
+    psi = random_state(np.random.default_rng(0), 1).astype(np.complex64)
+    states = jax.jit(jax.vmap(teleport, in_axes=(None, 0)))(psi, _keys(32))
+    for s in np.asarray(states):
+        t = s.reshape(4, 2)  # wires 0, 1 hold the (collapsed) outcomes; wire 2 the teleported state
+        branch = t[np.argmax(np.linalg.norm(t, axis=1))]
+        assert abs(abs(np.vdot(psi, branch)) - 1) < 1e-5
+
+
+# --- repeat until success -----------------------------------------------------------------------------
+
+
+def _rus(theta, max_iterations):
+    """Repeat until success for RZ(-theta) on wire 1, with an ancilla on wire 0.
+
+    One attempt: H(a), CRZ(-2 theta)(a, t), H(a), measure a. By hand, with B = RZ(-2 theta) = exp(i theta Z):
+    the state is |0> (I + B)/2 |psi> + |1> (I - B)/2 |psi>. (I + B)/2 = cos(theta/2) exp(i theta Z / 2), so
+    outcome 0 has probability p = cos^2(theta/2) whatever |psi>, and leaves RZ(-theta)|psi> (success).
+    (I - B)/2 = -i sin(theta/2) exp(i theta Z / 2) Z: outcome 1 leaves exp(i theta Z/2) Z |psi>, undone
+    by RZ(theta) then Z (the correction), and the attempt is repeated.
+    With 1 + max_iterations attempts, P(success) = 1 - (1 - p)^(1 + max_iterations); the target ends in
+    RZ(-theta)|psi> on success and |psi> otherwise.
+    """
+    m = qfx.measure(0, reset=True)
+    attempt = [
+        qfx.H(0),
+        qfx.CRZ(-2 * theta, wires=(0, 1)),
+        qfx.H(0),
+        m,
+        qfx.cond(m, [qfx.RZ(theta, 1), qfx.Z(1)]),
+    ]
+    circ = qfx.Circuit(
+        [qfx.RY(0.8, wires=1), *attempt, qfx.while_loop(m, attempt, max_iterations=max_iterations)]
+    )
+    return circ, m
+
+
+def _rus_success(theta, k):
+    return 1 - (1 - math.cos(theta / 2) ** 2) ** (1 + k)
+
+
+@eqx.filter_jit
+def _exact_outcomes_and_rho(circ, m, wires):
+    return qfx.outcome_probs(circ, m, mcm="exact"), qfx.density_matrix(circ, wires=wires, mcm="exact")
+
+
+@pytest.mark.parametrize("max_iterations", [0, 3])
+def test_repeat_until_success_exact(max_iterations):
+    theta = 2.0
+    circ, m = _rus(theta, max_iterations)
+    ps = _rus_success(theta, max_iterations)
+    probs, rho = _exact_outcomes_and_rho(circ, m, [1])
+    np.testing.assert_allclose(np.asarray(probs), [ps, 1 - ps], atol=1e-5)
+    # The target: RZ(-theta) RY(0.8)|0> on success, RY(0.8)|0> after the last failure.
+    before = ref.op_matrix(qfx.RY(0.8, wires=0)) @ np.array([1, 0])
+    after = ref.op_matrix(qfx.RZ(-theta, wires=0)) @ before
+    expected = ps * np.outer(after, after.conj()) + (1 - ps) * np.outer(before, before.conj())
+    np.testing.assert_allclose(np.asarray(rho), expected, atol=1e-5)
+
+
+def test_repeat_until_success_sampled_statistics():
+    theta, k, shots = 2.0, 2, 4000
+    circ, m = _rus(theta, k)
+    outcomes = jax.jit(jax.vmap(lambda key: outcome_probs(circ, m, mcm="sampled", key=key)))(_keys(shots))
+    ps = _rus_success(theta, k)
+    assert abs(float(jnp.mean(outcomes[:, 0])) - ps) < _five_sigma(ps, shots)
+
+
+def test_while_loop_without_bound_is_exact_and_sampled():
+    theta = 2.0
+    circ, m = _rus(theta, None)
+    np.testing.assert_allclose(np.asarray(outcome_probs(circ, m, mcm="exact")), [1, 0], atol=1e-5)
+    outcomes = jax.vmap(lambda k: outcome_probs(circ, m, mcm="sampled", key=k))(_keys(64))
+    assert np.all(np.asarray(outcomes)[:, 0] == 1)  # every trajectory ends in success
+
+
+# --- sampled and exact modes agree, and match a deferred-measurement reference ------------------------
+
+
+def _feed_forward_circuit(a, b):
+    m0, m1 = qfx.measure(0), qfx.measure(1, reset=True)
+    return qfx.Circuit(
+        [
+            qfx.RY(a, wires=0),
+            qfx.RX(b, wires=1),
+            qfx.CNOT(wires=(0, 2)),
+            m0,
+            qfx.cond(m0, qfx.RY(b, wires=1), qfx.H(1)),
+            m1,
+            qfx.switch(m0 + 2 * m1, [[qfx.X(2)], [qfx.RX(a, wires=2)], [qfx.H(2)], []]),
+            qfx.RY(0.3, wires=1),
+        ]
+    )
+
+
+def test_sampled_and_exact_agree_statistically():
+    circ = _feed_forward_circuit(0.9, 1.7)
+    exact = np.asarray(probs(circ, mcm="exact"))
+    shots = 2000
+    sampled = jax.jit(jax.vmap(lambda k: qfx.probs(circ, mcm="sampled", key=k)))(_keys(shots, seed=1))
+    assert np.all(np.abs(np.asarray(sampled).mean(0) - exact) < _five_sigma(exact, shots))
+    # qfx.sample: one trajectory per shot, against the exact distribution.
+    bits = sample(circ, key=jax.random.key(2), shots=shots, wires=[2], mcm="sampled")
+    p1 = exact.reshape(4, 2).sum(0)[1]
+    assert abs(float(bits.mean()) - p1) < _five_sigma(p1, shots)
+
+
+def test_deferred_measurement_reference():
+    # Measuring a wire and conditioning on the outcome gives the statistics of the controlled gate
+    # (the deferred measurement principle), which the dense reference simulates.
+    m = qfx.measure(0)
+    circ = qfx.Circuit([qfx.RY(1.2, wires=0), qfx.H(1), m, qfx.cond(m, qfx.RY(0.7, wires=1), qfx.RZ(0.4, 1))])
+    deferred = qfx.Circuit(
+        [
+            qfx.RY(1.2, wires=0),
+            qfx.H(1),
+            qfx.Controlled(qfx.RY(0.7, wires=1), controls=0),
+            qfx.Controlled(qfx.RZ(0.4, wires=1), controls=0, control_values=(0,)),
+        ]
+    )
+    np.testing.assert_allclose(np.asarray(probs(circ, mcm="exact")), ref.probs(deferred), atol=1e-6)
+    obs = 0.5 * qfx.X(1) + qfx.Z(0) @ qfx.Z(1)
+    assert abs(float(expval(circ, obs, mcm="exact")) - ref.expval(deferred, obs)) < 1e-5
+    assert abs(float(var(circ, obs, mcm="exact")) - ref.var(deferred, obs)) < 1e-5
+    np.testing.assert_allclose(
+        np.asarray(density_matrix(circ, wires=[1], mcm="exact")), ref.density_matrix(deferred, [1]), atol=1e-6
+    )
+
+
+def test_postselection_and_reset():
+    m = qfx.measure(0, postselect=1)
+    circ = qfx.Circuit([qfx.RY(1.0, wires=0), qfx.H(1), m, qfx.CNOT((0, 1))])
+    # Post-selected on outcome 1: wire 0 is |1>, the CNOT flips wire 1's |+>: probabilities 1/2, 1/2.
+    expected = [0, 0, 0.5, 0.5]
+    np.testing.assert_allclose(np.asarray(probs(circ, mcm="exact")), expected, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(probs(circ, mcm="sampled", key=jax.random.key(0))), expected, atol=1e-6
+    )
+    reset = qfx.Circuit([qfx.RY(1.0, wires=0), qfx.measure(0, reset=True)])
+    np.testing.assert_allclose(np.asarray(probs(reset, mcm="exact")), [1, 0], atol=1e-6)
+    psi = state(reset, mcm="sampled", key=jax.random.key(1))
+    np.testing.assert_allclose(np.abs(np.asarray(psi)), [1, 0], atol=1e-6)
+    impossible = qfx.Circuit([qfx.measure(0, postselect=1)])
+    with pytest.raises(Exception, match="post-selected outcome has probability 0"):
+        jax.block_until_ready(probs(impossible, mcm="sampled", key=jax.random.key(0)))
+
+
+def test_sampled_state_is_the_normalised_post_measurement_state():
+    m = qfx.measure(0)
+    circ = qfx.Circuit([qfx.RY(1.0, wires=0), qfx.CNOT((0, 1)), m])
+    for k in _keys(8):
+        psi = np.asarray(state(circ, mcm="sampled", key=k))
+        bit = int(np.asarray(outcome_probs(circ, m, mcm="sampled", key=k))[1])
+        expected = np.zeros(4)
+        expected[3 * bit] = 1
+        np.testing.assert_allclose(np.abs(psi), expected, atol=1e-6)
+
+
+# --- loops --------------------------------------------------------------------------------------------
+
+
+def _layer(i, thetas, phis):
+    return [
+        qfx.RX(thetas[i], wires=0),
+        qfx.RY(phis[i] * jnp.asarray(i + 1, phis.dtype), wires=1),
+        qfx.CNOT(wires=(0, 1)),
+    ]
+
+
+def _unrolled(thetas, phis):
+    ops = []
+    for i, (t, p) in enumerate(zip(thetas, phis, strict=True)):
+        ops += [qfx.RX(float(t), wires=0), qfx.RY(float(p) * (i + 1), wires=1), qfx.CNOT(wires=(0, 1))]
+    return qfx.Circuit(ops, num_wires=2)
+
+
+def test_for_loop_matches_reference_and_gradient(x64):
+    # x64: the reference builds its gates from the perturbed angles, which must not round to float32.
+    rng = np.random.default_rng(1)
+    thetas, phis = (jnp.asarray(rng.uniform(-1, 1, 4)) for _ in range(2))
+    circ = qfx.Circuit([qfx.H(0), qfx.for_loop(4, _layer, thetas, phis)])
+    reference = qfx.Circuit([qfx.H(0), *_unrolled(np.asarray(thetas), np.asarray(phis)).ops])
+    np.testing.assert_allclose(np.asarray(state(circ)), ref.final_state(reference), atol=1e-5)
+    obs = qfx.Z(0) @ qfx.X(1) + 0.3 * qfx.Y(1)
+    grad = jax.grad(qfx.expval)(circ, obs)  # a circuit-shaped gradient
+    assert isinstance(grad.ops[1], qfx.ForLoop)
+
+    def f(args):
+        t, p = args
+        return ref.expval(qfx.Circuit([qfx.H(0), *_unrolled(t, p).ops]), obs)
+
+    expected = central_difference(f, (np.asarray(thetas), np.asarray(phis)))
+    assert tree_allclose(grad.ops[1].body.args, expected, atol=1e-7)
+
+
+def test_for_loop_traced_length_forward_mode():
+    thetas = jnp.linspace(0.1, 0.8, 6)
+
+    def f(t, n):
+        circ = qfx.Circuit([qfx.for_loop(n, lambda i, t: qfx.RX(t[i], wires=0), t)])
+        return expval(circ, qfx.Z(0))
+
+    for n in (0, 3, 6):
+        expected = math.cos(float(jnp.sum(thetas[:n])))
+        assert abs(float(jax.jit(f)(thetas, n)) - expected) < 1e-5
+    jac = jax.jacfwd(f)(thetas, 3)
+    expected = [-math.sin(float(jnp.sum(thetas[:3])))] * 3 + [0] * 3
+    np.testing.assert_allclose(np.asarray(jac), expected, atol=1e-5)
+
+
+def _jaxpr_size(f, *args):
+    return len(str(jax.make_jaxpr(f)(*args)))
+
+
+def test_thousand_iterations_compile_like_one():
+    def f(thetas):
+        return expval(qfx.Circuit([qfx.for_loop(thetas.shape[0], _layer, thetas, thetas)]), qfx.Z(1))
+
+    one, thousand = jnp.ones(1), jnp.ones(1000)
+    # The traced program does not grow with the length (nothing is unrolled)...
+    assert _jaxpr_size(f, thousand) < 1.1 * _jaxpr_size(f, one)
+    # ... nor does the compiled one, measured by XLA's compile time (generous ratio).
+    times = []
+    for x in (one, thousand):
+        lowered = jax.jit(f).lower(x)
+        start = time.perf_counter()
+        lowered.compile()
+        times.append(time.perf_counter() - start)
+    assert times[1] < 3 * times[0] + 0.5
+    assert abs(float(jax.jit(f)(jnp.zeros(1000))) - 1) < 1e-5
+
+
+def test_loop_and_conditional_measurements_per_iteration():
+    # An error-correction-like round: measure the ancilla, reset it, flip the data qubit on outcome 1.
+    def round_(i, theta):
+        m = qfx.measure(1, reset=True)
+        return [qfx.RY(theta, wires=0), qfx.CNOT((0, 1)), m, qfx.cond(m, qfx.X(0))]
+
+    circ = qfx.Circuit([qfx.for_loop(5, round_, jnp.float32(0.6))])
+    # By hand: each round rotates |0> by RY(0.6), copies the bit, resets it and flips it back to 0.
+    np.testing.assert_allclose(np.asarray(probs(circ, wires=[0], mcm="exact")), [1, 0], atol=1e-5)
+    states = jax.vmap(lambda k: probs(circ, mcm="sampled", key=k))(_keys(16))
+    np.testing.assert_allclose(np.asarray(states), np.tile([1, 0, 0, 0], (16, 1)), atol=1e-5)
+
+
+def test_no_recompile_for_new_parameters():
+    circ, m = _rus(2.0, 3)
+    count = 0
+
+    @eqx.filter_jit
+    def f(c):
+        nonlocal count
+        count += 1
+        return expval(c, qfx.Z(1), mcm="exact")
+
+    f(circ)
+    f(eqx.tree_at(lambda c: c.ops[0].theta, circ, jnp.asarray(0.1, circ.ops[0].theta.dtype)))
+    assert count == 1
+    # The same circuit built again (new qfx.measure calls) has the same static structure: no recompile.
+    f(_rus(2.0, 3)[0])
+    assert count == 1
+
+
+def test_measurement_numbering_is_per_circuit():
+    a, _ = _rus(2.0, 1)
+    b, _ = _rus(2.0, 1)
+    assert [op.id for op in a.ops if isinstance(op, qfx.MidMeasure)] == [0]
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    # Two circuits' measurements stay distinct when combined: the second is renumbered 1.
+    both = qfx.Circuit([*a.ops, *b.ops])
+    ids = [op.id for op in both.ops if isinstance(op, qfx.MidMeasure)]
+    assert ids == [0, 1]
+    probs = qfx.outcome_probs(both, [m for m in both.ops if isinstance(m, qfx.MidMeasure)], mcm="exact")
+    assert probs.shape == (4,)
+
+
+# --- conditionals on traced values, and gradients -----------------------------------------------------
+
+
+def test_cond_on_traced_boolean_and_gradient(x64):
+    def f(theta, flag):
+        circ = qfx.Circuit([qfx.RX(theta, wires=0), qfx.cond(flag, [qfx.RY(theta, wires=0)], [qfx.H(0)])])
+        return expval(circ, qfx.Z(0))
+
+    jf = jax.jit(f)
+    theta = 0.4
+    assert abs(float(jf(theta, True)) - math.cos(theta) ** 2) < 1e-5  # <Z> after RX(t) RY(t)
+    reference = ref.expval(qfx.Circuit([qfx.RX(theta, wires=0), qfx.H(0)]), qfx.Z(0))
+    assert abs(float(jf(theta, False)) - reference) < 1e-5
+    for flag in (True, False):
+        fd = central_difference(
+            lambda t, flag=flag: ref.expval(
+                qfx.Circuit([qfx.RX(float(t), wires=0), qfx.RY(float(t), wires=0) if flag else qfx.H(0)]),
+                qfx.Z(0),
+            ),
+            np.float64(theta),
+        )
+        assert abs(float(jax.grad(f)(theta, flag)) - fd) < 1e-8
+
+
+def test_gradient_through_measurement_branches(x64):
+    # The RUS success probability as a function of theta, differentiated through the exact mode.
+    def f(theta):
+        circ, m = _rus(theta, 2)
+        return qfx.outcome_probs(circ, m, mcm="exact")[0]
+
+    fd = central_difference(lambda t: _rus_success(float(t), 2), np.float64(1.3))
+    assert abs(float(jax.jit(jax.grad(f))(1.3)) - fd) < 1e-6
+    # And an expectation after feed-forward, against finite differences of the deferred reference.
+    obs = qfx.X(1)
+
+    def g(params):
+        a, b = params
+        m = qfx.measure(0)
+        circ = qfx.Circuit([qfx.RY(a, wires=0), m, qfx.cond(m, qfx.RY(b, wires=1))])
+        return qfx.expval(circ, obs, mcm="exact")
+
+    def g_ref(params):
+        a, b = (float(x) for x in params)
+        return ref.expval(
+            qfx.Circuit([qfx.RY(a, wires=0), qfx.Controlled(qfx.RY(b, wires=1), controls=0)]), obs
+        )
+
+    params = np.array([0.7, 1.1])
+    np.testing.assert_allclose(
+        np.asarray(jax.jit(jax.grad(g))(jnp.asarray(params))), central_difference(g_ref, params), atol=1e-6
+    )
+
+
+def test_plain_circuits_take_the_old_path():
+    circ = qfx.Circuit([qfx.RX(0.3, wires=0), qfx.CNOT((0, 1))])
+    assert not qfx._control_run.has_control(circ.ops)
+    a = jax.make_jaxpr(lambda c: expval(c, qfx.Z(1)))(circ)
+    b = jax.make_jaxpr(lambda c: qfx.diff.Backprop()(lambda psi, _: psi, c, qfx.zero_state(2), None))(circ)
+    assert "while" not in str(a) and "cond" not in str(a) and "while" not in str(b)
+
+
+# --- drawing ------------------------------------------------------------------------------------------
+
+
+def test_draw_shows_loops_and_conditionals_without_unrolling():
+    circ, _ = _rus(2.0, 4)
+    loop = qfx.for_loop(1000, _layer, jnp.ones(1000), jnp.ones(1000))
+    text = qfx.draw(qfx.Circuit([*circ.ops, loop]))
+    # A circuit numbers its measurements from 0 in order of appearance; the only one here is m0.
+    assert "M0→0" in text
+    assert "if m0" in text and "while m0" in text and "≤4" in text
+    assert "]×1000" in text and text.count("RX(·)") == 1  # one drawn iteration, index-dependent parameter
+    assert text.split("\n")[0].count("CRZ") == 2  # the attempt before the loop, and once inside it
+
+
+# --- AutoGraph ----------------------------------------------------------------------------------------
+
+
+def _primitives(jaxpr) -> set[str]:
+    """The control-flow primitives in a jaxpr, nested ones included."""
+    text = str(jaxpr)
+    return {p for p in ("while", "cond", "scan") if f"{p}[" in text}
+
+
+@qfx.autograph
+def _program(theta, n):
+    state = qfx.zero_state(2)
+    for i in range(n):
+        state = qfx.apply(qfx.RX(theta * (i + 1).astype(theta.dtype), wires=0), state)
+    if theta > 0:
+        state = qfx.apply(qfx.CNOT((0, 1)), state)
+    else:
+        state = qfx.apply(qfx.H(1), state)
+    count = 0
+    while jnp.abs(state[0]) > 0.5 + count:
+        count = count + 1
+    return state, count
+
+
+def test_autograph_converts_traced_control_flow():
+    jaxpr = jax.make_jaxpr(_program)(0.3, 4)
+    assert {"while", "cond"} <= _primitives(jaxpr.jaxpr)
+    for theta, n in [(0.3, 4), (-0.2, 2), (0.5, 0)]:
+        state, _ = jax.jit(_program)(theta, n)
+        angle = theta * n * (n + 1) / 2
+        ops = [qfx.RX(angle, wires=0), qfx.CNOT((0, 1)) if theta > 0 else qfx.H(1)]
+        np.testing.assert_allclose(np.asarray(state), ref.final_state(qfx.Circuit(ops, 2)), atol=1e-5)
+    assert int(jax.jit(_program)(0.0, 1)[1]) == 1  # |state[0]| = 1 > 0.5: one iteration, then 1 > 1.5 fails
+
+
+@qfx.autograph
+def _static_program(theta):
+    state = qfx.zero_state(1)
+    for _ in range(3):  # static: unrolled as Python does
+        state = qfx.apply(qfx.RX(theta, wires=0), state)
+    if theta.shape == ():  # static: no lax.cond
+        state = qfx.apply(qfx.H(0), state)
+    return state
+
+
+def test_autograph_leaves_static_control_flow_alone():
+    jaxpr = jax.make_jaxpr(_static_program)(0.3)
+    assert not {"while", "cond", "scan"} & _primitives(jaxpr.jaxpr)
+    expected = ref.final_state(qfx.Circuit([qfx.RX(0.9, wires=0), qfx.H(0)]))
+    np.testing.assert_allclose(np.asarray(_static_program(jnp.float32(0.3))), expected, atol=1e-5)
+
+
+@qfx.autograph
+def _build(thetas, n):
+    ops = [qfx.H(0)]
+    for i in range(n):
+        ops.append(qfx.RX(thetas[i], wires=0))
+        ops.append(qfx.CNOT((0, 1)))
+    m = qfx.measure(1, reset=True)
+    ops.append(m)
+    if m:
+        ops.append(qfx.X(0))
+    else:
+        ops.append(qfx.RY(thetas[0], wires=0))
+    while m:
+        malt.experimental.set_loop_options(maximum_iterations=3)
+        ops.append(qfx.H(1))
+        ops.append(m)
+    return qfx.Circuit(ops)
+
+
+def test_autograph_builds_circuits_with_native_control_flow():
+    thetas = jnp.asarray([0.3, 0.6, 0.2, 0.9])
+
+    def loss(thetas, n):
+        return qfx.expval(_build(thetas, n), qfx.Z(0), mcm="exact")
+
+    jaxpr = jax.make_jaxpr(loss)(thetas, 3)
+    assert "while" in _primitives(jaxpr.jaxpr)  # the loop over the traced n
+
+    def unrolled(thetas, n):
+        m = qfx.measure(1, reset=True)
+        ops = [qfx.H(0)] + [op for i in range(n) for op in (qfx.RX(thetas[i], wires=0), qfx.CNOT((0, 1)))]
+        ops += [m, qfx.cond(m, qfx.X(0), qfx.RY(thetas[0], wires=0))]
+        ops += [qfx.while_loop(m, [qfx.H(1), m], max_iterations=3)]
+        return qfx.expval(qfx.Circuit(ops), qfx.Z(0), mcm="exact")
+
+    both = jax.jit(lambda t, n: (loss(t, n), jax.jacfwd(loss)(t, n)))  # n traced: one compilation
+    for n in (0, 3):
+        value, jac = both(thetas, n)
+        expected, expected_jac = jax.jit(lambda t, n=n: (unrolled(t, n), jax.jacfwd(unrolled)(t, n)))(thetas)
+        assert abs(float(value) - float(expected)) < 1e-5
+        np.testing.assert_allclose(np.asarray(jac), np.asarray(expected_jac), atol=1e-5)
+    built = eqx.filter_jit(_build)(thetas, jnp.int32(2))  # n traced: native control flow
+    kinds = [type(op).__name__ for op in built.ops]
+    assert kinds == ["Hadamard", "ForLoop", "MidMeasure", "Cond", "WhileLoop"]
+    assert built.ops[-1].max_iterations == 3
+
+
+def test_autograph_helpers_are_converted():
+    def helper(state, n):
+        for _ in range(n):
+            state = qfx.apply(qfx.X(0), state)
+        return state
+
+    @qfx.autograph
+    def f(n):
+        return helper(qfx.zero_state(1), n)
+
+    assert "while" in _primitives(jax.make_jaxpr(f)(3).jaxpr)
+    np.testing.assert_allclose(np.abs(np.asarray(jax.jit(f)(3))), [0, 1], atol=1e-6)
+
+
+@qfx.autograph
+def _with_break(x, n):
+    for i in range(n):
+        x = x + 1.0
+        if i > 2:
+            break
+    return x
+
+
+@qfx.autograph
+def _different_types(x):
+    if x > 0:
+        y = jnp.zeros(2)
+    else:
+        y = jnp.zeros(3)
+    return y
+
+
+@qfx.autograph
+def _one_branch(x):
+    if x > 0:
+        y = x
+    return y  # noqa: F821
+
+
+@qfx.autograph
+def _type_changes(x, n):
+    s = 0
+    for _ in range(n):
+        s = s + x
+    return s
+
+
+@qfx.autograph
+def _while_break(x):
+    while x < 10.0:
+        x = x * 2
+        if x > 5.0:
+            break
+    return x
+
+
+def test_autograph_errors_name_the_line():
+    with pytest.raises(ValueError, match=r"test_control\.py:\d+: `for i in range\(n\):`.*`break`"):
+        jax.make_jaxpr(_with_break)(1.0, 5)
+    with pytest.raises(TypeError, match=r"test_control\.py:\d+: `if x > 0:`.*different types"):
+        jax.make_jaxpr(_different_types)(1.0)
+    with pytest.raises(ValueError, match=r"`y` is not defined on every path"):
+        jax.make_jaxpr(_one_branch)(1.0)
+    with pytest.raises(TypeError, match=r"`s` has type int32\[\] before .* but float32\[\] after"):
+        jax.make_jaxpr(_type_changes)(1.0, 3)
+    with pytest.raises(ValueError, match=r"`while x < 10.0:`.*`break` inside a `while` loop"):
+        jax.make_jaxpr(_while_break)(1.0)
+    with pytest.raises(TypeError, match="expected a Python function"):
+        qfx.autograph(len)
+    namespace: dict = {}
+    exec("def no_source(x):\n    return x\n", namespace)
+    with pytest.raises(ValueError, match="source code of no_source is not available"):
+        qfx.autograph(namespace["no_source"])
+
+
+@qfx.autograph
+def _float_range(x):
+    for _ in range(x):
+        x = x + 1.0
+    return x
+
+
+@qfx.autograph
+def _mixed_loop(thetas, n):
+    ops = []
+    total = 0.0
+    for i in range(n):
+        ops.append(qfx.RX(thetas[i], wires=0))
+        total = total + thetas[i]
+    return ops, total
+
+
+@qfx.autograph
+def _measured_if_without_list(m):
+    x = 0
+    if m:
+        x = 1
+    return x
+
+
+@qfx.autograph
+def _measured_while_without_list(m):
+    x = 0
+    while m:
+        x = 1
+    return x
+
+
+@qfx.autograph
+def _traced_while_building(x):
+    ops = [qfx.H(0)]
+    while x > 0:
+        ops.append(qfx.X(0))
+        x = x - 1
+    return ops
+
+
+@qfx.autograph
+def _becomes_traced(x):
+    y = 0.0
+    while y < 3:
+        y = y + x
+    return y
+
+
+@qfx.autograph
+def _not_arrays(n):
+    s = "a"
+    for _ in range(n):
+        s = s + "b"
+    return s
+
+
+@qfx.autograph
+def _vector_if(x):
+    y = x
+    if x > 0:
+        y = x + 1
+    return y
+
+
+@qfx.autograph
+def _vector_while(x):
+    while x > 0:
+        x = x - 1
+    return x
+
+
+@qfx.autograph
+def _return_in_building(m):
+    ops = []
+    if m:
+        ops.append(qfx.X(0))
+        return ops
+    return ops
+
+
+@qfx.autograph
+def _two_lists(m):
+    a, b = [], []
+    if m:
+        a.append(qfx.X(0))
+        b.append(qfx.X(1))
+    return a, b
+
+
+def test_autograph_other_errors():
+    with pytest.raises(TypeError, match=r"range\(\) needs integer scalars"):
+        jax.make_jaxpr(_float_range)(1.0)
+    with pytest.raises(ValueError, match="appends operations to a circuit, so it cannot also update `total`"):
+        jax.make_jaxpr(_mixed_loop)(jnp.ones(3), 3)
+    m = qfx.measure(0)
+    with pytest.raises(ValueError, match="an `if` on a measurement value needs a list of operations"):
+        _measured_if_without_list(m)
+    with pytest.raises(ValueError, match="a `while` loop on a measurement value needs a list"):
+        _measured_while_without_list(m)
+    with pytest.raises(ValueError, match="a `while` loop on a traced array cannot build a circuit"):
+        jax.make_jaxpr(_traced_while_building)(3)
+    with pytest.raises(ValueError, match="became traced after it started as a Python value"):
+        jax.make_jaxpr(_becomes_traced)(1.0)
+    with pytest.raises(TypeError, match="`s` changes in a converted loop but holds str"):
+        jax.make_jaxpr(_not_arrays)(3)
+    with pytest.raises(ValueError, match="the condition of an `if` must be a scalar"):
+        jax.make_jaxpr(_vector_if)(jnp.ones(2))
+    with pytest.raises(ValueError, match="the condition of a `while` loop must be a scalar"):
+        jax.make_jaxpr(_vector_while)(jnp.ones(2))
+    with pytest.raises(ValueError, match="a `return` inside an `if` on a traced or measured value"):
+        _return_in_building(m)
+    with pytest.raises(ValueError, match="appends to several lists of operations"):
+        _two_lists(m)
+
+
+# --- errors of the operations and entry points --------------------------------------------------------
+
+
+class _Custom(qfx.AbstractOperation):
+    @property
+    def wires(self):
+        return (0,)
+
+
+def test_operation_errors():
+    m = qfx.measure(0)
+    with pytest.raises(TypeError, match="expected a measurement value"):
+        m & 0.5
+    with pytest.raises(TypeError, match="is only known during the simulation"):
+        bool(m == 1)
+    with pytest.raises(ValueError, match="it has no inverse"):
+        qfx.Circuit([m]).inverse()
+    with pytest.raises(ValueError, match="wire must be a non-negative int"):
+        qfx.measure(-1)
+    with pytest.raises(ValueError, match="postselect must be None, 0 or 1"):
+        qfx.measure(0, postselect=2)
+    with pytest.raises(TypeError, match="expected an operation, a list of operations or a Circuit"):
+        qfx.cond(m, 3)
+    with pytest.raises(ValueError, match="must be a scalar, got shape"):
+        qfx.cond(jnp.ones(2, bool), qfx.X(0))
+    with pytest.raises(TypeError, match="must be a bool or an int"):
+        qfx.cond(0.5, qfx.X(0))
+    with pytest.raises(ValueError, match="give exactly one of index"):
+        qfx.Cond((qfx.Circuit([]),), None, None)
+    with pytest.raises(ValueError, match="conditional on measurement outcomes has no inverse"):
+        qfx.cond(m, qfx.X(1)).adjoint()
+    with pytest.raises(ValueError, match="branches must be a non-empty list"):
+        qfx.switch(m, [])
+    with pytest.raises(TypeError, match="the body must return an operation"):
+        qfx.for_loop(2, lambda i: 3)
+    with pytest.raises(ValueError, match="give exactly one of length"):
+        qfx.ForLoop(lambda i: [], None, None)
+    with pytest.raises(ValueError, match="traced number of iterations has no inverse"):
+        qfx.for_loop(jnp.int32(2), lambda i: qfx.X(0)).adjoint()
+    with pytest.raises(TypeError, match="body must be callable"):
+        qfx.for_loop(2, [qfx.X(0)])
+    with pytest.raises(ValueError, match="length must be non-negative"):
+        qfx.for_loop(-1, lambda i: qfx.X(0))
+    with pytest.raises(ValueError, match="while_loop .* has no inverse"):
+        qfx.while_loop(m, [m]).adjoint()
+    with pytest.raises(TypeError, match="the condition must be a measurement value"):
+        qfx.while_loop(True, [m])
+    with pytest.raises(ValueError, match="max_iterations must be a non-negative int"):
+        qfx.while_loop(m, [m], max_iterations=-1)
+    with pytest.raises(ValueError, match="that measurement is not in the circuit"):
+        probs(qfx.Circuit([qfx.cond(m, qfx.X(0))]))
+    with pytest.raises(TypeError, match="is not a qfx operation that circuits can run"):
+        probs(qfx.Circuit([qfx.cond(True, _Custom())]))
+    # Inverses that exist: a for loop and a conditional on a traced value.
+    circ = qfx.Circuit([qfx.for_loop(3, _layer, jnp.ones(3), jnp.ones(3)), qfx.cond(True, qfx.RX(0.2, 0))])
+    np.testing.assert_allclose(np.abs(np.asarray(state(circ + circ.inverse()))), [1, 0, 0, 0], atol=1e-5)
+
+
+def test_entry_point_errors():
+    m = qfx.measure(0)
+    circ = qfx.Circuit([qfx.H(0), m])
+    with pytest.raises(ValueError, match="cannot differentiate a circuit with control flow"):
+        expval(circ, qfx.Z(0), mcm="exact", diff=qfx.diff.Adjoint())
+    with pytest.raises(ValueError, match="mcm must be 'exact', 'sampled' or None"):
+        probs(circ, mcm="deferred")
+    with pytest.raises(ValueError, match="has mid-circuit measurements .* pass mcm='exact'"):
+        probs(circ)
+    with pytest.raises(ValueError, match="mcm='sampled' draws the measurement outcomes, so it needs key="):
+        probs(circ, mcm="sampled")
+    with pytest.raises(ValueError, match="mcm='exact' uses no randomness"):
+        probs(circ, mcm="exact", key=jax.random.key(0))
+    with pytest.raises(ValueError, match="is a mixture of branches"):
+        state(circ, mcm="exact")
+    with pytest.raises(ValueError, match="shots= is not supported"):
+        expval(circ, qfx.Z(0), mcm="exact", shots=10, key=jax.random.key(0))
+    with pytest.raises(TypeError, match="outcome_probs: expected a qfx.Circuit"):
+        outcome_probs([m], m, mcm="exact")
+    with pytest.raises(TypeError, match=r"outcome_probs: expected qfx.measure\(...\) operations"):
+        outcome_probs(circ, [], mcm="exact")
+    with pytest.raises(ValueError, match="is not in the circuit"):
+        outcome_probs(circ, qfx.measure(0), mcm="exact")
+    with pytest.raises(ValueError, match="initial_state: expected shape"):
+        outcome_probs(circ, m, mcm="exact", initial_state=jnp.ones(3))
+    with pytest.raises(ValueError, match="state must be a flat vector of 2\\*\\*n amplitudes"):
+        qfx.apply(qfx.X(0), jnp.ones(3))
+    with pytest.raises(TypeError, match="qfx.apply: expected a qfx operation"):
+        qfx.apply(qfx.Z(0) @ qfx.Z(1), qfx.zero_state(2))
+    with pytest.raises(ValueError, match="acts on wire 2, but the state has 2 wires"):
+        qfx.apply(qfx.X(2), qfx.zero_state(2))
+    with pytest.raises(ValueError, match="holds mid-circuit measurements; pass key="):
+        qfx.apply(circ, qfx.zero_state(1))
+    with pytest.raises(ValueError, match="wire 3 is out of range for 1 wires"):
+        qfx.measure_state(qfx.zero_state(1), 3, key=jax.random.key(0))
+    # Other differentiation methods and the tensor-network backend refuse control flow clearly.
+    for method in (qfx.diff.Backprop(), qfx.diff.Adjoint(), qfx.diff.ParameterShift(), qfx.diff.FiniteDiff()):
+        with pytest.raises(ValueError, match=f"qfx.diff.{type(method).__name__}\\(\\) simulates gates"):
+            qfx.amplitude(qfx.Circuit([qfx.for_loop(2, lambda i: qfx.X(0))]), "1", diff=method)
+    with pytest.raises(ValueError, match="TensorNetwork\\(\\) contracts gates and Repeat blocks only"):
+        expval(qfx.Circuit([qfx.cond(True, qfx.X(0))]), qfx.Z(0), backend=qfx.TensorNetwork())
+
+
+def test_apply_and_measure_state():
+    state = qfx.apply(qfx.Circuit([qfx.H(0), qfx.CNOT((0, 1))]), qfx.zero_state(2))
+    bits, states = jax.jit(jax.vmap(lambda k: qfx.measure_state(state, 0, key=k)))(_keys(200))
+    for b, s in zip(np.asarray(bits), np.asarray(states), strict=True):
+        assert abs(abs(s[3 * b]) - 1) < 1e-6  # a Bell pair collapses to |00> or |11>
+    assert abs(float(bits.mean()) - 0.5) < _five_sigma(0.5, 200)
+    loop = jax.jit(qfx.apply)(qfx.for_loop(4, lambda i: qfx.X(0)), qfx.zero_state(1))
+    np.testing.assert_allclose(np.abs(np.asarray(loop)), [1, 0], atol=1e-6)
+    m = qfx.measure(0, reset=True)
+    out = eqx.filter_jit(qfx.apply)(
+        qfx.Circuit([qfx.H(0), m, qfx.cond(m, qfx.X(1))]), qfx.zero_state(2), key=jax.random.key(0)
+    )
+    assert abs(np.linalg.norm(np.asarray(out)) - 1) < 1e-6
