@@ -7,8 +7,14 @@ circuit, and at most 10% at a batch of 1024 inputs.
 
 Each row times the same JAX function two ways: jitted and called directly on JAX arrays (blocking on the
 result), and called through `qfx.torch` on torch tensors (whose outputs are ready when they return).
-"value+grad" compares one jitted `jax.value_and_grad` call with a torch forward + `.backward()` (whose
-VJP re-runs the forward inside one compiled call). The best of several alternating rounds is reported.
+"TorchLayer fwd" runs under `torch.no_grad()`; "grad on" is the same call with its weights requiring grad,
+whose forward also keeps what the backward needs (not needed for inference: it is part of a training step,
+timed by the v+g rows).
+"value+grad" compares one jitted `jax.value_and_grad` of the loss `sum(outputs**2)` with a torch forward +
+`.backward()` of the same loss written in JAX (its scalar output makes the forward one fused
+value-and-grad; the backward scales the kept gradients); "TorchLayer v+g" computes that loss in torch on a
+`TorchLayer`'s outputs (the forward keeps JAX's VJP residuals, the backward applies them in one more
+compiled call). The best of several alternating rounds is reported.
 """
 
 import argparse
@@ -75,12 +81,26 @@ def rows_for_batch(batch: int, theta_np: np.ndarray, number: int, rounds: int, r
     f_jax = jax.jit(batched)
     f_torch = qfx.torch.to_torch(batched)
     layer = qfx.torch.TorchLayer(circuit, {"theta": (2, N_WIRES)}, init={"theta": th_t})
-    jax_us, torch_us, layer_us = best_us(
-        [lambda: f_jax(x_j, th_j).block_until_ready(), lambda: f_torch(x_t, th_t), lambda: layer(x_t)],
+
+    def layer_no_grad():
+        with torch.no_grad():  # inference: nothing kept for a backward
+            return layer(x_t)
+
+    jax_us, torch_us, layer_us, layer_grad_us = best_us(
+        [
+            lambda: f_jax(x_j, th_j).block_until_ready(),
+            lambda: f_torch(x_t, th_t),
+            layer_no_grad,
+            lambda: layer(x_t),  # grad on: the forward also keeps JAX's VJP residuals
+        ],
         number,
         rounds,
     )
-    rows = [("forward", batch, jax_us, torch_us), ("TorchLayer fwd", batch, jax_us, layer_us)]
+    rows = [
+        ("forward", batch, jax_us, torch_us),
+        ("TorchLayer fwd", batch, jax_us, layer_us),
+        ("  grad on", batch, jax_us, layer_grad_us),
+    ]
 
     # Forward and gradient: pure JAX's jitted value_and_grad against torch's forward + backward.
     vg_jax = jax.jit(jax.value_and_grad(loss, argnums=1))
@@ -90,10 +110,21 @@ def rows_for_batch(batch: int, theta_np: np.ndarray, number: int, rounds: int, r
         th_req.grad = None
         loss_torch(x_t, th_req).backward()
 
-    jax_us, torch_us = best_us(
-        [lambda: jax.block_until_ready(vg_jax(x_j, th_j)), step_torch], max(number // 4, 1), rounds
+    # The same loss computed on the torch side of a TorchLayer: the bridge's output is the (batch, 4)
+    # expectation values, whose backward applies the VJP residuals the forward kept.
+    layer_req = qfx.torch.TorchLayer(circuit, {"theta": (2, N_WIRES)}, init={"theta": th_t})
+
+    def step_layer():
+        layer_req.theta.grad = None
+        layer_req(x_t).pow(2).sum().backward()
+
+    jax_us, torch_us, layer_us = best_us(
+        [lambda: jax.block_until_ready(vg_jax(x_j, th_j)), step_torch, step_layer],
+        max(number // 4, 1),
+        rounds,
     )
     rows.append(("value+grad", batch, jax_us, torch_us))
+    rows.append(("TorchLayer v+g", batch, jax_us, layer_us))
     return rows
 
 

@@ -217,14 +217,16 @@ def contract(engine: AbstractEngine, inputs, output, path, operands) -> Array:
 
 class EinsumEngine(AbstractEngine):
     """A CPU stand-in for cuTensorNet: NumPy contractions (opt_einsum along the same path) behind the same
-    buffer callbacks, with Torch's conjugate convention for gradients. It counts its calls, so tests can
-    prove that the bridge ran; `max_intermediate` (entries) makes it refuse large networks, as cuTensorNet
-    refuses networks that need slicing."""
+    buffer callbacks, with Torch's conjugate convention for gradients. It counts its calls and records the
+    output shape of each network it contracts, so tests can prove that the bridge ran and that a batch was
+    one network; `max_intermediate` (entries) makes it refuse large networks, as cuTensorNet refuses
+    networks that need slicing."""
 
     def __init__(self, max_intermediate: int | None = None):
         self.max_intermediate = max_intermediate
         self.forward_calls = 0
         self.gradient_calls = 0
+        self.contracted: list[tuple[int, ...]] = []  # output shape of each forward or gradient call
         self.planned: set = set()
 
     def prepare(self, spec, dtype):
@@ -239,11 +241,13 @@ class EinsumEngine(AbstractEngine):
 
     def forward(self, spec, ctx, out, operands):
         self.forward_calls += 1
+        self.contracted.append(spec.shape(spec.output))
         arrays = [np.asarray(x) for x in operands]
         np.asarray(out)[...] = opt_einsum.contract(spec.equation, *arrays, optimize=list(spec.path))
 
     def gradients(self, spec, ctx, grads, operands, output_gradient):
         self.gradient_calls += 1
+        self.contracted.append(spec.shape(spec.output))
         arrays = [np.asarray(x) for x in operands]
         og = np.conj(np.asarray(output_gradient))
         sym = opt_einsum.get_symbol

@@ -205,6 +205,11 @@ def _skeleton(ops) -> tuple[tuple[int, ...], ...]:
     for op in ops:
         if isinstance(op, Repeat):
             out.extend(_skeleton(op.body.ops) * op.length)
+        elif not isinstance(op, AbstractGate):
+            raise ValueError(
+                f"backend=qfx.TensorNetwork() contracts gates and Repeat blocks only, not {type(op).__name__} "
+                "(control flow or a mid-circuit measurement); use the state vector (backend=None)."
+            )
         else:
             out.append(op.wires)
     return tuple(out)

@@ -18,16 +18,18 @@ Tensors that require grad are detached (no copy). JAX -> Torch is always zero-co
 fresh and owned by the returned tensor alone.
 
 **Immutability.** A JAX array made from a torch buffer would change if torch later wrote that buffer in
-place. The bridge never keeps such an array beyond the call that made it: the backward converts the saved
-tensors again, and torch's version counters already raise the usual "modified by an inplace operation"
-error when a tensor saved for backward (an input, e.g. a parameter after `optimizer.step()`) was written
-in between. Converting an output to torch waits for the JAX computation to finish, so an input may be
-written as soon as the call returns.
+place. The only such arrays the bridge keeps beyond a call are VJP residuals that happen to be an input
+(kept for the backward, see `Bridge`), and every backward first reads the saved inputs, so torch's
+version counters raise the usual "modified by an inplace operation" error when an input (e.g. a
+parameter after `optimizer.step()`) was written in between. Converting an output to torch waits for the
+JAX computation to finish, so an input may be written as soon as the call returns.
 """
 
 from collections.abc import Callable
 import functools
 import inspect
+import math
+import threading
 from typing import Any
 
 import jax
@@ -206,6 +208,72 @@ def _pull(pullback, outs_diff: tuple[bool, ...], out_avals, cts) -> tuple:
     return tuple(jnp.conj(g) for g in pullback(full))
 
 
+@jax.tree_util.register_pytree_node_class
+class _Kept:
+    """What a forward keeps for its backward, as JAX arrays (see "Immutability" above).
+
+    `how` (static) is `("grads",)`: `arrays` are the torch-convention gradients of the one real scalar
+    output, to be scaled by its cotangent; or `("vjp", treedef, layout, out_diff, out_avals)`: `arrays`
+    are JAX's VJP residuals, packed into one flat buffer per dtype (`layout` says where each leaf is), so
+    that ~100 residual buffers cross the `jit` boundary as a few.
+    """
+
+    def __init__(self, arrays, how):
+        self.arrays = tuple(arrays)
+        self.how = how
+
+    def tree_flatten(self):
+        return self.arrays, self.how
+
+    @classmethod
+    def tree_unflatten(cls, how, arrays):
+        return cls(arrays, how)
+
+
+def _keep_pullback(pullback, out_diff, out_avals, pack: bool) -> _Kept:
+    leaves, treedef = jax.tree.flatten(pullback)
+    if not pack:  # untraced (jit=False): nothing to gain
+        return _Kept(leaves, ("vjp", treedef, None, out_diff, out_avals))
+    groups: dict[Any, list] = {}
+    layout = []
+    for leaf in leaves:
+        leaf = jnp.asarray(leaf)
+        if leaf.dtype == jax.dtypes.float0:
+            layout.append((None, 0, leaf.shape))
+            continue
+        group = groups.setdefault(leaf.dtype, [])
+        layout.append((leaf.dtype, sum(x.size for x in group), leaf.shape))
+        group.append(leaf.ravel())
+    names = list(groups)
+    layout = tuple((None if d is None else names.index(d), o, s) for d, o, s in layout)
+    arrays = [jnp.concatenate(g) if len(g) > 1 else g[0] for g in groups.values()]
+    return _Kept(arrays, ("vjp", treedef, layout, out_diff, out_avals))
+
+
+def _kept_pullback(kept: _Kept):
+    _, treedef, layout, _, _ = kept.how
+    if layout is None:
+        return jax.tree.unflatten(treedef, kept.arrays)
+    leaves = [
+        np.zeros(shape, jax.dtypes.float0)
+        if g is None
+        else kept.arrays[g][offset : offset + math.prod(shape)].reshape(shape)
+        for g, offset, shape in layout
+    ]
+    return jax.tree.unflatten(treedef, leaves)
+
+
+def _pull_kept(kept: _Kept, *cts) -> tuple:
+    """The backward of a forward that kept its VJP residuals (torch's convention, as `_pull`)."""
+    _, _, _, out_diff, out_avals = kept.how
+    return _pull(_kept_pullback(kept), out_diff, out_avals, cts)
+
+
+# How `Bridge.apply` tells `forward` (and `forward` tells `setup_context`) to keep what the backward needs:
+# torch's `Function.apply` passes only the arguments, and runs `forward` with grad mode off.
+_handoff = threading.local()
+
+
 class Bridge:
     """A flat JAX function `f(*arrays) -> tuple of arrays` as a `torch.autograd.Function`.
 
@@ -215,12 +283,16 @@ class Bridge:
     so derivatives of any order work; because `vmap` calls the vmapped bridge, `torch.func.vmap`, `jacrev`
     and `jacfwd` run one batched JAX call.
 
-    The backward runs the forward again inside the compiled VJP instead of keeping JAX's residuals from
-    the forward: that makes it a function of torch tensors (so differentiable again), and it is also
-    faster here. For a 4-qubit circuit at batch 1024, forward + recomputing VJP took 2.8 ms against
-    3.1 ms for a forward that returns `jax.vjp`'s residuals + a backward that applies them (the residuals
-    of a state-vector simulation are ~100 buffers, and storing them stops XLA fusing the forward), and
-    2.1 ms for a fused `jax.value_and_grad`.
+    **Forward and backward.** When torch records a graph (grad mode on, some input requires grad, outside
+    `torch.func`), the forward runs one compiled `jax.vjp` and keeps, as JAX arrays on the autograd node,
+    either the gradients themselves (a single real scalar output: the forward is then one fused
+    value-and-grad, and the backward scales them by the output's cotangent) or JAX's VJP residuals, packed
+    into one buffer per dtype; a first-order backward applies them in one more compiled call, without
+    running the forward again. A backward under `create_graph=True` (and any backward inside `torch.func`)
+    instead calls the VJP bridge, which re-runs the forward inside one compiled call: a function of the
+    torch inputs, so torch can differentiate it again. For a 4-qubit circuit at batch 1024 the kept path
+    took the forward + backward from ~1.6x to ~1.1x a fused `jax.value_and_grad` (see
+    `benchmarks/torch_overhead.py`).
     """
 
     def __init__(self, flat_fn: Callable, jit: bool):
@@ -231,6 +303,8 @@ class Bridge:
         # later config changes.)
         self.call = jax.jit(flat_fn) if jit else flat_fn
         self._vjps: dict[tuple, Bridge] = {}
+        self._keeps: dict[tuple[bool, ...], Callable] = {}
+        self._pull_kept = jax.jit(_pull_kept) if jit else _pull_kept
         self._jvps: dict[tuple[bool, ...], Bridge] = {}
         self._vmaps: dict[tuple[int | None, ...], Bridge] = {}
         self.function = _make_function(self)
@@ -245,12 +319,27 @@ class Bridge:
         """
         if self._c_apply is None or _transforms_active():
             return self.function.apply(*tensors)
-        return self._c_apply(*[_unwrap_if_dead(t) for t in tensors])
+        tensors = [_unwrap_if_dead(t) for t in tensors]
+        if torch.is_grad_enabled():
+            needs = tuple(t.requires_grad for t in tensors)
+            if any(needs):  # torch will record a graph: the forward keeps what the backward needs
+                _handoff.needs = needs
+                try:
+                    return self._c_apply(*tensors)
+                finally:
+                    _handoff.needs = _handoff.kept = None
+        return self._c_apply(*tensors)
 
     def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         to_jax, to_torch = _fast_paths() if all(t.is_cpu for t in tensors) else (None, None)
         arrays = [to_jax(_prepare(t)) if to_jax else tensor_to_jax(t) for t in tensors]
-        outs = self.call(*arrays)
+        needs = getattr(_handoff, "needs", None)
+        if needs is None:
+            outs = self.call(*arrays)
+        else:
+            _handoff.needs = None
+            outs, kept = self.keeping(needs)(*arrays)
+            _handoff.kept = (needs, kept)
         seen = {t.data_ptr() for t in tensors}
         result = []
         for o in outs:
@@ -260,6 +349,47 @@ class Bridge:
                 if ptr in seen:  # JAX forwarded an input (or one array twice): keep tensors independent
                     t = t.clone()
                 seen.add(ptr)
+            result.append(t)
+        return tuple(result)
+
+    def keeping(self, needs: tuple[bool, ...]) -> Callable:
+        """f_keep(*primals) -> (outputs, `_Kept`): the forward that keeps what a first-order backward
+        needs for the inputs selected by `needs` (one compiled call)."""
+        if needs not in self._keeps:
+            flat_fn, pack = self.flat_fn, self.jit
+
+            def f_keep(*primals):
+                wrt = [p for p, m in zip(primals, needs, strict=True) if m]
+                outs, pullback = jax.vjp(_restrict(flat_fn, primals, needs), *wrt)
+                out_diff = tuple(_is_differentiable(o.dtype) for o in outs)
+                out_avals = tuple((o.shape, o.dtype) for o in outs)
+                diff = [o for o, d in zip(outs, out_diff, strict=True) if d]
+                if len(diff) == 1 and diff[0].size == 1 and jnp.issubdtype(diff[0].dtype, jnp.floating):
+                    # A scalar loss: its VJP is linear in the one real cotangent, so compute the gradients
+                    # now, fused with the forward, and let the backward scale them.
+                    grads = _pull(pullback, out_diff, out_avals, (jnp.ones((), diff[0].dtype),))
+                    return outs, _Kept(grads, ("grads",))
+                return outs, _keep_pullback(pullback, out_diff, out_avals, pack)
+
+            self._keeps[needs] = jax.jit(f_keep) if self.jit else f_keep
+        return self._keeps[needs]
+
+    def pull_kept(self, kept: _Kept, cts) -> tuple[torch.Tensor, ...]:
+        """Torch gradients of the inputs a forward kept `kept` for, given torch cotangents of its
+        differentiable outputs."""
+        if kept.how[0] == "grads":
+            (ct,) = cts
+            ct = ct.reshape(())
+            return tuple(ct * jax_to_tensor(g) for g in kept.arrays)
+        grads = self._pull_kept(kept, *[tensor_to_jax(c) for c in cts])
+        seen = {c.data_ptr() for c in cts}
+        result = []
+        for g in grads:
+            t = jax_to_tensor(g)
+            if t.numel():
+                if t.data_ptr() in seen:  # a pullback may return a cotangent as it is (y = x)
+                    t = t.clone()
+                seen.add(t.data_ptr())
             result.append(t)
         return tuple(result)
 
@@ -317,6 +447,8 @@ def _make_function(bridge: Bridge) -> type[torch.autograd.Function]:
         def setup_context(ctx, inputs, output):
             ctx.save_for_backward(*inputs)
             ctx.save_for_forward(*inputs)
+            ctx.kept = getattr(_handoff, "kept", None)
+            _handoff.kept = None
             ctx.out_diff = tuple(o.dtype in _DIFFERENTIABLE for o in output)
             if not all(ctx.out_diff):
                 ctx.mark_non_differentiable(*[o for o, d in zip(output, ctx.out_diff, strict=True) if not d])
@@ -326,8 +458,13 @@ def _make_function(bridge: Bridge) -> type[torch.autograd.Function]:
             needs = tuple(ctx.needs_input_grad)
             if not any(needs):
                 return (None,) * len(needs)
+            primals = ctx.saved_tensors  # raises if an input was written in place since the forward
             cts = [g for g, d in zip(grads, ctx.out_diff, strict=True) if d]
-            out = iter(bridge.vjp(needs, ctx.out_diff).apply(*ctx.saved_tensors, *cts))
+            if ctx.kept is not None and ctx.kept[0] == needs and not torch.is_grad_enabled():
+                # First order (no create_graph): apply what the forward kept.
+                out = iter(bridge.pull_kept(ctx.kept[1], cts))
+            else:  # differentiable again: the VJP as a bridge of the torch inputs
+                out = iter(bridge.vjp(needs, ctx.out_diff).apply(*primals, *cts))
             return tuple(next(out) if need else None for need in needs)
 
         @staticmethod

@@ -182,8 +182,11 @@ def to_torch(fn: Callable, *, jit: bool = True) -> Callable:
     `loss.backward()`, `torch.autograd.grad(..., create_graph=True)` to any order, `torch.func.grad`,
     `torch.func.vmap` (one `jax.vmap`ped call), `jacrev`, `jacfwd` and `hessian` work.
 
-    The backward runs the JAX VJP of `fn` (which re-runs the forward inside one compiled call): that is
-    what makes it a function of the torch inputs, and so differentiable again.
+    When torch records a graph, the forward is one compiled `jax.vjp` that keeps JAX's residuals (for a
+    scalar output: the gradients, computed with the value), and a first-order `.backward()` applies them
+    without running `fn` again. Under `create_graph=True` the backward instead re-runs `fn` inside the
+    compiled VJP, a function of the torch inputs that torch can differentiate again. (So a forward with
+    grad enabled costs more than one under `torch.no_grad()`: evaluate under `no_grad`.)
 
     ```python
     import jax.numpy as jnp, qfx, qfx.torch, torch

@@ -1,10 +1,13 @@
 """The examples run as written: each is a subprocess of this interpreter, from the repository root."""
 
+import math
 import os
 from pathlib import Path
 import re
 import subprocess
 import sys
+
+import pytest
 
 import qfx
 
@@ -13,10 +16,10 @@ from . import reference
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_example(name: str) -> str:
+def run_example(name: str, *args: str) -> str:
     # -W error: the examples must run without warnings, like the test suite.
     proc = subprocess.run(
-        [sys.executable, "-W", "error", str(ROOT / "examples" / name)],
+        [sys.executable, "-W", "error", str(ROOT / "examples" / name), *args],
         cwd=ROOT,
         env=os.environ.copy(),
         capture_output=True,
@@ -44,3 +47,33 @@ def test_vqe_optax_reaches_chemical_accuracy():
     assert abs(exact - (-1.13728)) < 1e-4  # the FCI energy of H2 / STO-3G at 0.7414 angstrom
     error = float(re.search(r"^final error: ([0-9.eE+-]+) Ha$", out, re.MULTILINE).group(1))
     assert error < 1.6e-3
+
+
+def test_torch_hybrid_classifier_learns(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("tqdm")
+    png = tmp_path / "torch_hybrid.png"
+    # A few epochs (the default is 30): enough to separate the two moons well above chance.
+    out = run_example("torch_hybrid.py", "--epochs", "5", "--out", str(png))
+    accuracy = float(re.search(r"^test accuracy: +([0-9.]+)$", out, re.MULTILINE).group(1))
+    assert accuracy > 0.8, out  # chance is about 0.5: the two classes are drawn with equal probability
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_mid_circuit_statistics_match_theory():
+    out = run_example("mid_circuit.py")
+
+    def values(label):
+        line = next(line for line in out.splitlines() if line.startswith(label))
+        return [float(x) for x in re.findall(r"-?\d+\.\d+", line.split(":", 1)[1])]
+
+    assert abs(values("teleportation fidelity (exact)")[0] - 1) < 1e-5
+    assert abs(values("teleportation fidelity (sampled")[0] - 1) < 1e-5
+    exact, theory = values("RUS success probability (exact)")
+    assert abs(exact - theory) < 1e-5 and abs(theory - (1 - math.sin(1.0) ** 8)) < 1e-6
+    mean, sigma, theory = values("RUS success probability (sampled")
+    assert abs(mean - theory) < 5 * sigma
+    for label in ("<X> on the target (exact)", "d<X>/d(prep angle)"):
+        value, theory = values(label)
+        assert abs(value - theory) < 1e-5

@@ -365,6 +365,38 @@ def test_bridge_batches_without_a_host_loop():
     assert tree_allclose(vg(one, tn), vg(one, TN), rtol=1e-4, atol=1e-5)
 
 
+def test_bridge_stacked_terms_and_nested_vmap():
+    # jit(vmap(vmap(value_and_grad))) over circuits whose congruent terms are stacked (a batch mode inside
+    # the expectation value): three batch modes on one network per shape, in one callback each.
+    engine = _cutensornet.EinsumEngine()
+    tn = qfx.TensorNetwork(contractor=engine)
+    n, depth = 6, 2
+    obs = sum(qfx.Z(i) @ qfx.Z(i + 1) for i in range(n - 1)) - 0.5 * (qfx.X(1) + qfx.X(2) + qfx.X(4))
+    skeleton = _tensornet._skeleton(_brickwall(n, depth, jnp.zeros((depth, n, 2))).ops)
+    shapes = {
+        _tensornet._expval_network(skeleton, ("pauli", t.word), TN.optimize).shape_key for t in obs.terms
+    }
+    assert len(shapes) < len(obs.terms)  # some terms are stacked
+    thetas = jnp.asarray(np.random.default_rng(3).uniform(-np.pi, np.pi, (2, 3, depth, n, 2)), jnp.float32)
+
+    def f(t, backend):
+        return qfx.expval(_brickwall(n, depth, t), obs, backend=backend)
+
+    vg = jax.jit(
+        jax.vmap(jax.vmap(jax.value_and_grad(f), in_axes=(0, None)), in_axes=(0, None)), static_argnums=1
+    )
+    got = vg(thetas, tn)
+    assert tree_allclose(got, vg(thetas, TN), rtol=1e-4, atol=1e-5)
+    assert tree_allclose(got, vg(thetas, None), rtol=1e-4, atol=1e-5)  # the state vector
+    # One forward and one gradient callback per shape of network, each with both vmapped axes as modes.
+    assert engine.forward_calls == engine.gradient_calls == len(shapes)
+    assert all(shape[:2] == (2, 3) for shape in engine.contracted)
+    # The two levels of vmap in the other order, and a batch of one at the inner level.
+    g = jax.jit(jax.vmap(jax.vmap(jax.grad(f), in_axes=(0, None)), in_axes=(1, None)), static_argnums=1)
+    assert tree_allclose(g(thetas, tn), g(thetas, None), rtol=1e-4, atol=1e-5)
+    assert tree_allclose(g(thetas[:1], tn), g(thetas[:1], None), rtol=1e-4, atol=1e-5)
+
+
 def test_bridge_falls_back_when_the_engine_would_slice():
     tn = qfx.TensorNetwork(contractor=_cutensornet.EinsumEngine(max_intermediate=4))
     circ, obs = _standin_setup()

@@ -232,6 +232,48 @@ def test_direct_apply_matches_torch_function_apply():
     torch.testing.assert_close(g_direct, torch.cos(x.detach()) * y)
 
 
+@pytest.mark.parametrize("loss_in", ["torch", "jax"])
+def test_backward_reuses_the_forward_unless_create_graph(loss_in):
+    """A first-order backward applies what the forward kept (JAX's VJP residuals, or for a scalar output
+    the gradients themselves) instead of running the circuit again; create_graph=True re-runs it."""
+    runs = []
+
+    def counted(theta, x):
+        jax.debug.callback(lambda: runs.append(1))  # once per execution of the forward computation
+        out = circuit(theta, x)
+        return scalar(theta, x) if loss_in == "jax" else out
+
+    f = qt.to_torch(counted)
+
+    def loss(theta, x):
+        out = f(theta, x)
+        return out if loss_in == "jax" else out[0] + 0.5 * out[1] ** 2
+
+    theta, x = _inputs()
+    loss(theta, x).backward()
+    assert runs == [1]  # the backward did not re-run the circuit
+    expected = jax.jit(jax.grad(scalar, argnums=(0, 1)))(*_j(theta, x))
+    assert tree_allclose((_np(theta.grad), _np(x.grad)), expected, rtol=1e-5, atol=1e-6)
+    # retain_graph: the kept values serve a second backward, which accumulates the same gradients.
+    theta.grad = x.grad = None
+    out = loss(theta, x)
+    out.backward(retain_graph=True)
+    out.backward()
+    assert tree_allclose((_np(theta.grad), _np(x.grad)), jax.tree.map(lambda g: 2 * g, expected), rtol=1e-5)
+    assert len(runs) == 2
+    # Only theta requires grad: the kept pullback is for theta alone.
+    (g,) = torch.autograd.grad(loss(theta, x.detach()), theta)
+    assert tree_allclose(_np(g), expected[0], rtol=1e-5, atol=1e-6) and len(runs) == 3
+    # create_graph=True: the backward is the VJP bridge, which runs the circuit again.
+    (g,) = torch.autograd.grad(loss(theta, x), theta, create_graph=True)
+    assert g.requires_grad and len(runs) == 5
+    assert tree_allclose(_np(g), expected[0], rtol=1e-5, atol=1e-6)
+    # Under no_grad nothing is kept (one plain call).
+    with torch.no_grad():
+        loss(theta, x)
+    assert len(runs) == 6
+
+
 def test_jit_false_runs_untraced():
     f = qt.to_torch(lambda x: jnp.asarray(np.sin(np.asarray(x))), jit=False)
     x = torch.tensor([0.1, 0.2])
