@@ -61,7 +61,7 @@ def _bmm(a: Array, b: Array) -> Array:
     return jnp.sum(a[:, :, :, None] * b[:, None, :, :], axis=2)
 
 
-def _batchable(gate: AbstractGate) -> bool:
+def batchable(gate: AbstractGate) -> bool:
     """True for gates whose matrix depends only on their type and array leaves (not on static fields)."""
     for f in dataclasses.fields(gate):
         static = bool(f.metadata.get("static", False))
@@ -79,7 +79,7 @@ def _matrices(gates: list[AbstractGate]) -> tuple[dict[int, Array], list[int]]:
     groups: dict = {}
     for i, g in enumerate(gates):
         leaves, treedef = jax.tree.flatten(g)
-        key = (type(g), len(g.wires), tuple((x.shape, x.dtype) for x in leaves)) if _batchable(g) else i
+        key = (type(g), len(g.wires), tuple((x.shape, x.dtype) for x in leaves)) if batchable(g) else i
         groups.setdefault(key, []).append((i, leaves, treedef))
     parts: dict[int, list[Array]] = {1: [], 2: []}
     rows = [0] * len(gates)

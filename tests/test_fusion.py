@@ -1,11 +1,13 @@
 """Gate fusion (`qfx/_fusion.py`): same action as the unfused circuit, fewer operations, same gradients."""
 
+import equinox as eqx
 import jax
 import numpy as np
 import pytest
 
 import qfx
 from qfx import _fusion
+from qfx import _kernels as K
 
 from . import reference as ref
 from .helpers import central_difference, random_circuit, random_state, tree_allclose
@@ -99,3 +101,89 @@ def test_gradients_through_fusion_match_finite_differences(method, policy):
     grads = jax.grad(lambda c: qfx.expval(c, obs, diff=method))(circ)
     expected = central_difference(lambda c: np.real(ref.expval(c, obs)), circ)
     assert tree_allclose(grads, expected, atol=2e-4)
+
+
+# --- staircases (`qfx/_kernels.py`): like gates on consecutive wires, applied by one lax.scan ---------
+
+
+@pytest.fixture
+def stairs(monkeypatch):
+    """Staircases of any length >= 2, at any size, so that small test circuits exercise them."""
+    monkeypatch.setattr(K, "STAIRCASE_MIN_LENGTH", 2)
+    monkeypatch.setattr(K, "STAIRCASE_MAX_WIRES", 64)
+
+
+def _staircase_circuit(rng, n):
+    """Staircases of each kind, starting and ending away from the register's ends, with stray gates."""
+    a = rng.uniform(-np.pi, np.pi, size=(6, n))
+    return qfx.Circuit(
+        [qfx.H(w) for w in range(n)]
+        + [qfx.RY(a[0, w], wires=w) for w in range(1, n - 1)]  # one-qubit stair, starting at wire 1
+        + [qfx.CNOT(wires=(w, w + 1)) for w in range(n - 1)]  # fixed two-qubit gates (zeros skipped)
+        + [qfx.RX(a[1, 0], wires=2)]
+        + [qfx.IsingXX(a[2, w], wires=(w, w + 1)) for w in range(1, n - 2)]  # parameterised, dense
+        + [qfx.CRY(a[3, w], wires=(w + 1, w)) for w in range(n - 1)]  # reversed orientation, controlled
+        + [qfx.CZ(wires=(w, w + 1)) for w in range(2, n - 1)]
+        + [qfx.RZ(a[4, w], wires=w) for w in range(n)]
+        + [qfx.SWAP(wires=(w, w + 1)) for w in range(n - 1)]
+        + [qfx.U3(a[5, w], 0.3, -0.2, wires=w) for w in range(n)]
+    )
+
+
+def test_staircases_are_found(stairs):
+    n = 6
+    ops = K.staircases(list(_staircase_circuit(np.random.default_rng(0), n).ops), n)
+    kinds = [
+        (type(op.gates[0]).__name__, len(op.gates)) if isinstance(op, K.Staircase) else type(op).__name__
+        for op in ops
+    ]
+    assert kinds == [
+        ("Hadamard", n), ("RY", n - 2), ("CNOT", n - 1), "RX", ("IsingXX", n - 3), ("CRY", n - 1),
+        ("CZ", n - 3), ("RZ", n), ("SWAP", n - 1), ("U3", n),
+    ]  # fmt: skip
+
+
+def test_staircases_are_not_formed_across_gaps_or_kinds(stairs):
+    ops = [qfx.RY(0.1, wires=0), qfx.RY(0.2, wires=2), qfx.RX(0.3, wires=3), qfx.CNOT(wires=(0, 2))]
+    ops += [qfx.CNOT(wires=(1, 2)), qfx.CNOT(wires=(3, 2))]  # orientations differ
+    assert K.staircases(ops, 4) == ops
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_staircase_simulation_matches_reference(seed, stairs, policy):
+    rng = np.random.default_rng(200 + seed)
+    n = 6
+    circ = _staircase_circuit(rng, n)
+    psi = random_state(rng, n)
+    np.testing.assert_allclose(qfx.state(circ, initial_state=psi), ref.final_state(circ, psi), atol=3e-5)
+
+
+def test_staircase_gradients_and_vmap(stairs, x64):
+    rng = np.random.default_rng(3)
+    n = 5
+    circ = _staircase_circuit(rng, n)
+    obs = qfx.Z(0) @ qfx.Z(4) + 0.5 * qfx.X(2)
+    grads = jax.grad(lambda c: qfx.expval(c, obs))(circ)
+    expected = central_difference(lambda c: np.real(ref.expval(c, obs)), circ)
+    assert tree_allclose(grads, expected, atol=1e-6)
+    # A batch of circuits under vmap: the stacked staircase parameters gain a batch axis.
+    thetas = rng.uniform(-np.pi, np.pi, size=(3, n))
+
+    def make(t):
+        return qfx.Circuit(
+            [qfx.RY(t[w], wires=w) for w in range(n)] + [qfx.CRX(t[w], wires=(w, w + 1)) for w in range(n - 1)]
+        )
+
+    values = jax.vmap(lambda c: qfx.expval(c, obs))(eqx.filter_vmap(make)(thetas))
+    expected = [np.real(ref.expval(make(t), obs)) for t in thetas]
+    np.testing.assert_allclose(values, expected, atol=1e-9)
+
+
+def test_hea_runs_as_scanned_staircases():
+    """At a size where staircases are on by default, HEA's fused layer becomes one staircase."""
+    n = K.STAIRCASE_MAX_WIRES
+    ops = _fusion.fuse(_hea_layer(np.linspace(0.1, 1.2, 2 * n).reshape(n, 2), n), n)
+    grouped = K.staircases(ops, n)
+    assert len(grouped) == 1 and isinstance(grouped[0], K.Staircase) and len(grouped[0].gates) == n - 1
+    jaxpr = str(jax.make_jaxpr(lambda s: K.run(ops, s, n))(qfx.zero_state(n)))
+    assert jaxpr.count("scan[") == 1
