@@ -20,7 +20,6 @@ Usage:
 
 import argparse
 import os
-import platform
 import statistics
 import time
 
@@ -28,6 +27,8 @@ import jax
 import numpy as np
 
 import qfx
+
+from machine import cpu_name  # benchmarks/machine.py
 
 
 def hea(theta: np.ndarray) -> qfx.Circuit:
@@ -80,17 +81,6 @@ def steady(fn, *args, repeats: int) -> float:
         jax.block_until_ready(fn(*args))
         times.append(time.perf_counter() - start)
     return statistics.median(times)
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def fmt(seconds: float) -> str:

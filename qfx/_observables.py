@@ -9,6 +9,7 @@ import abc
 import numbers
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike
@@ -81,7 +82,11 @@ class AbstractObservable(eqx.Module):
         if not isinstance(other, AbstractObservable):
             return NotImplemented
         a, b = as_linear_combination(self), as_linear_combination(other)
-        return _simplify(jnp.concatenate([a.coeffs, b.coeffs]), a.terms + b.terms)
+        if is_concrete(a.coeffs) and is_concrete(b.coeffs):  # NumPy: no JAX op to compile per new length
+            coeffs = np.concatenate([np.asarray(a.coeffs), np.asarray(b.coeffs)])
+        else:
+            coeffs = jnp.concatenate([a.coeffs, b.coeffs])
+        return _simplify(coeffs, a.terms + b.terms)
 
     def __radd__(self, other):
         # Lets `sum(observables)` start from 0.
@@ -110,13 +115,15 @@ class AbstractObservable(eqx.Module):
         if not isinstance(other, AbstractObservable):
             return NotImplemented
         a, b = as_linear_combination(self), as_linear_combination(other)
+        concrete = is_concrete(a.coeffs) and is_concrete(b.coeffs)
+        ac, bc = (np.asarray(a.coeffs), np.asarray(b.coeffs)) if concrete else (a.coeffs, b.coeffs)
         coeffs, terms = [], []
         for i, ta in enumerate(a.terms):
             for j, tb in enumerate(b.terms):
                 phase, term = _term_product(ta, tb)
-                coeffs.append(a.coeffs[i] * b.coeffs[j] * phase)
+                coeffs.append(ac[i] * bc[j] * phase)
                 terms.append(term)
-        return _simplify(jnp.stack(coeffs), tuple(terms))
+        return _simplify(np.stack(coeffs) if concrete else jnp.stack(coeffs), tuple(terms))
 
 
 class PauliWord(AbstractObservable):
@@ -193,6 +200,9 @@ class LinearCombination(AbstractObservable):
                     f"LinearCombination: terms must be PauliWord or Hermitian, got {type(t).__name__}; "
                     "build sums with + and * instead."
                 )
+        if isinstance(coeffs, (np.ndarray, list, tuple)):
+            # device_put: a host array becomes a device array without a compiled copy (one per length).
+            coeffs = jax.device_put(np.asarray(coeffs))
         coeffs = jnp.asarray(coeffs)
         if jnp.iscomplexobj(coeffs):
             raise TypeError("LinearCombination: coefficients must be real (observables are Hermitian).")
@@ -221,10 +231,10 @@ def as_linear_combination(obs: AbstractObservable) -> LinearCombination:
     if isinstance(obs, LinearCombination):
         return obs
     if isinstance(obs, (PauliWord, Hermitian)):
-        return LinearCombination(jnp.ones((1,), real_dtype()), (obs,))
+        return LinearCombination(np.ones((1,), real_dtype()), (obs,))
     letter = getattr(obs, "pauli_letter", None)
     if letter is not None:
-        return LinearCombination(jnp.ones((1,), real_dtype()), (PauliWord({obs.wires[0]: letter}),))
+        return LinearCombination(np.ones((1,), real_dtype()), (PauliWord({obs.wires[0]: letter}),))
     raise TypeError(f"{type(obs).__name__} cannot be used as an observable.")
 
 
@@ -256,18 +266,29 @@ def _dense(term: "PauliWord | Hermitian") -> Array:
     return term.matrix
 
 
-def _simplify(coeffs: Array, terms) -> LinearCombination:
-    """Merges repeated Pauli words by adding their coefficients."""
+def _simplify(coeffs: ArrayLike, terms) -> LinearCombination:
+    """Merges repeated Pauli words by adding their coefficients.
+
+    Concrete coefficients are merged in NumPy: building `sum(qfx.Z(i) for i in range(n))` then runs no JAX
+    operation, each of which would compile once per new length in a fresh process."""
     index: dict = {}
-    keep_coeffs, keep_terms = [], []
-    for c, t in zip(coeffs, terms):
+    groups: list[int] = []
+    keep_terms = []
+    for t in terms:
         key = t.word if isinstance(t, PauliWord) else None
         if key is not None and key in index:
-            k = index[key]
-            keep_coeffs[k] = keep_coeffs[k] + c
+            groups.append(index[key])
         else:
             if key is not None:
                 index[key] = len(keep_terms)
-            keep_coeffs.append(c)
+            groups.append(len(keep_terms))
             keep_terms.append(t)
-    return LinearCombination(jnp.stack(keep_coeffs), tuple(keep_terms))
+    if len(keep_terms) == len(groups):
+        return LinearCombination(coeffs, tuple(keep_terms))
+    if is_concrete(coeffs):
+        coeffs = np.asarray(coeffs)
+        merged = np.zeros(len(keep_terms), coeffs.dtype)
+        np.add.at(merged, np.asarray(groups), coeffs)
+    else:
+        merged = jax.ops.segment_sum(coeffs, np.asarray(groups), num_segments=len(keep_terms))
+    return LinearCombination(merged, tuple(keep_terms))

@@ -30,12 +30,14 @@ import datetime
 import importlib.util
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from machine import cpu_name  # noqa: E402  (benchmarks/machine.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOL = 1e-3
@@ -79,17 +81,6 @@ def fmt(seconds) -> str:
     if seconds < 1:
         return f"{seconds * 1e3:.2f} ms" if seconds < 0.01 else f"{seconds * 1e3:.1f} ms"
     return f"{seconds:.2f} s" if seconds < 10 else f"{seconds:.1f} s"
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 class Harness:
