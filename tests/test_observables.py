@@ -100,6 +100,22 @@ def test_repeated_words_merge():
     assert h.wires == (0, 1, 2)
 
 
+def test_repeated_words_merge_with_traced_coefficients():
+    def h(c):
+        return c[0] * qfx.Z(0) + c[1] * qfx.X(1) + c[2] * qfx.Z(0)
+
+    c = jnp.asarray([0.5, -1.0, 0.25])
+    merged = jax.jit(h)(c)
+    assert merged.terms == (qfx.PauliWord({0: "Z"}), qfx.PauliWord({1: "X"}))
+    np.testing.assert_allclose(merged.coeffs, [0.75, -1.0])
+    # The gradient flows through the merge to each coefficient: d<h>/dc = (<Z0>, <X1>, <Z0>).
+    psi = random_state(np.random.default_rng(5), 2)
+    empty = qfx.Circuit([], num_wires=2)
+    grad = jax.grad(lambda c: qfx.expval(empty, h(c), initial_state=psi))(c)
+    z0, x1 = _dense_value(kron(Z, I2), psi), _dense_value(kron(I2, X), psi)
+    np.testing.assert_allclose(grad, [z0, x1, z0], atol=2e-5)
+
+
 def test_coefficients_are_leaves_and_words_are_static():
     h = 0.5 * qfx.Z(0) + 0.2 * qfx.X(1) @ qfx.Y(2) + qfx.Hermitian(np.eye(2), wires=0)
     leaves = jax.tree.leaves(h)
