@@ -2,7 +2,6 @@
 finite differences. Statistical checks use fixed keys and a 5-sigma tolerance from the shot count."""
 
 import math
-import time
 
 import equinox as eqx
 import jax
@@ -319,14 +318,10 @@ def test_thousand_iterations_compile_like_one():
     one, thousand = jnp.ones(1), jnp.ones(1000)
     # The traced program does not grow with the length (nothing is unrolled)...
     assert _jaxpr_size(f, thousand) < 1.1 * _jaxpr_size(f, one)
-    # ... nor does the compiled one, measured by XLA's compile time (generous ratio).
-    times = []
-    for x in (one, thousand):
-        lowered = jax.jit(f).lower(x)
-        start = time.perf_counter()
-        lowered.compile()
-        times.append(time.perf_counter() - start)
-    assert times[1] < 3 * times[0] + 0.5
+    # ... nor does the optimised program XLA compiles (its size, not a timing: tests assert behaviour).
+    # (Two iterations: XLA turns a one-iteration loop into straight-line code.)
+    sizes = [len(jax.jit(f).lower(x).compile().as_text()) for x in (jnp.ones(2), thousand)]
+    assert sizes[1] < 1.1 * sizes[0]
     assert abs(float(jax.jit(f)(jnp.zeros(1000))) - 1) < 1e-5
 
 
