@@ -16,8 +16,8 @@ from .helpers import central_difference, random_circuit, random_state, tree_allc
 @pytest.fixture(params=["absorb", "keep_structured"])
 def policy(request, monkeypatch):
     """Both fusion policies: structured two-qubit gates absorbed (small states) or kept (large states)."""
-    if request.param == "keep_structured":
-        monkeypatch.setattr(_fusion, "ABSORB_STRUCTURED_MAX_WIRES", 0)
+    absorb_up_to = 64 if request.param == "absorb" else 0
+    monkeypatch.setattr(_fusion, "ABSORB_STRUCTURED_MAX_WIRES", absorb_up_to)
     return request.param
 
 
@@ -180,10 +180,12 @@ def test_staircase_gradients_and_vmap(stairs, x64):
 
 
 def test_hea_runs_as_scanned_staircases():
-    """At a size where staircases are on by default, HEA's fused layer becomes one staircase."""
+    """At a size where staircases are on by default, HEA's fused layer becomes two staircases: the RZ RY
+    blocks on every wire, and the CNOT ladder."""
     n = K.STAIRCASE_MAX_WIRES
     ops = _fusion.fuse(_hea_layer(np.linspace(0.1, 1.2, 2 * n).reshape(n, 2), n), n)
     grouped = K.staircases(ops, n)
-    assert len(grouped) == 1 and isinstance(grouped[0], K.Staircase) and len(grouped[0].gates) == n - 1
+    assert [len(s.gates) for s in grouped if isinstance(s, K.Staircase)] == [n, n - 1]
+    assert len(grouped) == 2 and isinstance(grouped[1].gates[0], qfx.CNOT)
     jaxpr = str(jax.make_jaxpr(lambda s: K.run(ops, s, n))(qfx.zero_state(n)))
-    assert jaxpr.count("scan[") == 1
+    assert jaxpr.count("scan[") == 2
