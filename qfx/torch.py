@@ -12,7 +12,8 @@ import qfx.torch  # imports torch; `import qfx` alone never does
 - `straight_through_argmax` / `ArgMax` read out the most likely class with a straight-through gradient.
 
 **Copies.** Tensors cross by DLPack without copying, except for non-contiguous views, buffers that are not
-64-byte aligned, tensors with a lazy conjugate / negative bit, and outputs that alias an input; see
+64-byte aligned, tensors with a lazy conjugate / negative bit, outputs that alias an input, and small CPU
+inputs (at most 64 KiB) of a call, which are cheaper to copy than to import; see
 `qfx/_torch_bridge.py` for the rules and why they keep JAX's immutability.
 
 **Complex numbers.** For a real loss L of z = x + iy, torch's gradient is dL/dx + i dL/dy (so that

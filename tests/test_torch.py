@@ -16,7 +16,9 @@ import qfx
 from .helpers import tree_allclose
 
 torch = pytest.importorskip("torch")
-from qfx._torch_bridge import Bridge  # noqa: E402 - needs torch, so after the importorskip
+import torch.autograd.forward_ad as fwad  # noqa: E402 - needs torch, so after the importorskip
+
+from qfx._torch_bridge import Bridge  # noqa: E402
 import qfx.torch as qt  # noqa: E402
 
 DIFF_METHODS = [qfx.diff.Backprop(), qfx.diff.Adjoint(), qfx.diff.ParameterShift(), qfx.diff.FiniteDiff()]
@@ -230,6 +232,41 @@ def test_direct_apply_matches_torch_function_apply():
     (g_public,) = torch.autograd.grad(public.sum(), x)
     torch.testing.assert_close(g_direct, g_public)
     torch.testing.assert_close(g_direct, torch.cos(x.detach()) * y)
+
+
+# torch's make_dual loads its JVP decompositions through the deprecated torch.jit.script on first use.
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+def test_calls_without_a_graph_skip_the_autograd_node_but_keep_forward_ad():
+    # No input requires grad (or grad mode is off): the forward runs without an autograd node.
+    theta, x = _inputs(requires_grad=False)
+    out = F_CIRCUIT(theta, x)
+    assert out.grad_fn is None and not out.requires_grad
+    (jac_theta, _) = circuit_jac(*_j(theta, x))
+    np.testing.assert_allclose(_np(out), np.asarray(circuit(*_j(theta, x))), rtol=1e-6)
+    # Dual tensors (torch.autograd.forward_ad) do not require grad either; they still get the JVP.
+    tangent = torch.tensor([0.5, -1.0, 2.0])
+    with fwad.dual_level():
+        dual_out = F_CIRCUIT(fwad.make_dual(theta, tangent), x)
+        out_tangent = fwad.unpack_dual(dual_out).tangent
+    assert out_tangent is not None
+    np.testing.assert_allclose(_np(out_tangent), np.asarray(jac_theta) @ _np(tangent), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("size", [4, 100_000])  # below and above the bridge's copy threshold (64 KiB)
+def test_small_inputs_are_copied_large_ones_shared_and_both_are_exact(size):
+    f = qt.to_torch(lambda a, b: (jnp.sin(a) * b, a))
+    a = torch.linspace(-3.0, 3.0, size, requires_grad=True)
+    b = torch.rand(size)
+    out, same = f(a, b)
+    torch.testing.assert_close(out, torch.sin(a.detach()) * b)
+    (g,) = torch.autograd.grad(out.sum(), a, retain_graph=True)
+    torch.testing.assert_close(g, torch.cos(a.detach()) * b)
+    # Either way, an output never shares memory with an input, and later writes to the input leave the
+    # outputs alone.
+    assert same.data_ptr() != a.data_ptr()
+    with torch.no_grad():
+        a.add_(1.0)
+    torch.testing.assert_close(same, torch.linspace(-3.0, 3.0, size))
 
 
 @pytest.mark.parametrize("loss_in", ["torch", "jax"])
