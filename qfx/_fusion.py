@@ -17,6 +17,7 @@ A block holding a single gate is returned as that gate, so its fast path is kept
 """
 
 import dataclasses
+import functools
 from typing import ClassVar
 
 import equinox as eqx
@@ -53,6 +54,105 @@ class FusedGate(AbstractGate):
 
     def adjoint(self):
         return FusedGate(self.U.conj().T, self._wires)
+
+
+# A run of at least this many consecutive permutation gates (CNOT, SWAP, X) on a state of at least this
+# many qubits is applied as one gather (`Permutation`).
+PERMUTATION_MIN_RUN = 4
+PERMUTATION_MIN_WIRES = 13
+
+
+def _affine(perm: tuple[int, ...]) -> bool:
+    """True when the basis permutation is affine over GF(2): perm[s ^ t] == perm[s] ^ perm[t] ^ perm[0]."""
+    size = len(perm)
+    return all(perm[s ^ t] == perm[s] ^ perm[t] ^ perm[0] for s in range(size) for t in range(size))
+
+
+def _gather_step(index: np.ndarray, wires: tuple[int, ...], perm: tuple[int, ...], n: int) -> np.ndarray:
+    """`index` with each entry's bits on `wires` (gate order) replaced as the gate's `perm` reads them."""
+    k = len(wires)
+    shifts = [n - 1 - w for w in wires]
+    sub = sum(((index >> p) & 1) << (k - 1 - j) for j, p in enumerate(shifts))
+    new = np.asarray(perm, dtype=index.dtype)[sub]
+    cleared = index & ~sum(1 << p for p in shifts)
+    return cleared | sum(((new >> (k - 1 - j)) & 1) << p for j, p in enumerate(shifts))
+
+
+class Permutation(AbstractGate):
+    """A run of affine permutation gates (CNOT, SWAP, X) as one basis permutation; produced by fusion.
+
+    The run maps basis state |x> to |A x ^ b> over GF(2), so the state after it is `out[y] = in[g(y)]` with
+    g affine too. It is applied as one gather (`_kernels.apply_permutation_run`), whose index is
+    `g(y) = high[y >> m] ^ low[y & (2**m - 1)]`: two tables of about 2**(n/2) entries each, computed at
+    trace time, instead of an index per amplitude. Measured for a CNOT ladder on 20 qubits (2-core CPU):
+    19 passes of 9.3 ms in all against one gather of 2.0-2.5 ms; reverse mode (a scatter) 84 ms against
+    2.5-3.9 ms.
+    """
+
+    steps: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = eqx.field(static=True)
+    num_wires: ClassVar[None] = None
+    shift_rules: ClassVar[None] = None
+
+    @property
+    def wires(self):
+        return tuple(sorted({w for wires, _ in self.steps for w in wires}))
+
+    def matrix(self):
+        raise NotImplementedError("Permutation is applied by a gather; it has no dense matrix.")
+
+    def adjoint(self):
+        inverse = [(wires, tuple(int(i) for i in np.argsort(perm))) for wires, perm in reversed(self.steps)]
+        return Permutation(tuple(inverse))
+
+    def tables(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """The `(high, low)` tables of the gather index on `n` wires (see the class docstring)."""
+        return _tables(self.steps, n)
+
+
+@functools.lru_cache(maxsize=256)
+def _tables(steps, n: int) -> tuple[np.ndarray, np.ndarray]:
+    def g(index):  # out[y] = in[g(y)]: the last gate's substitution first
+        for wires, perm in reversed(steps):
+            index = _gather_step(index, wires, perm, n)
+        return index
+
+    m = n // 2
+    dtype = np.int32 if n < 31 else np.int64
+    high = g(np.arange(2 ** (n - m), dtype=np.int64) << m)
+    low = g(np.arange(2**m, dtype=np.int64)) ^ g(np.zeros(1, dtype=np.int64))
+    return high.astype(dtype), low.astype(dtype)
+
+
+def _permutes(op) -> bool:
+    """True for fixed gates that permute the basis affinely without phases (CNOT, SWAP, X)."""
+    if not isinstance(op, AbstractGate) or jax.tree.leaves(op) or len(op.wires) > 3:
+        return False
+    perm = op.permutation()
+    return perm is not None and perm[1] is None and _affine(tuple(perm[0]))
+
+
+def merge_permutations(ops: list, n: int) -> list:
+    """`ops` with each run of at least `PERMUTATION_MIN_RUN` consecutive affine permutation gates replaced
+    by one `Permutation`, on states of at least `PERMUTATION_MIN_WIRES` qubits."""
+    if n < PERMUTATION_MIN_WIRES:
+        return list(ops)
+    out, run = [], []
+
+    def flush():
+        if len(run) >= PERMUTATION_MIN_RUN:
+            out.append(Permutation(tuple((g.wires, tuple(g.permutation()[0])) for g in run)))
+        else:
+            out.extend(run)
+        run.clear()
+
+    for op in ops:
+        if _permutes(op):
+            run.append(op)
+            continue
+        flush()
+        out.append(op)
+    flush()
+    return out
 
 
 def _bmm(a: Array, b: Array) -> Array:
@@ -210,4 +310,4 @@ def fuse(ops: tuple[AbstractOperation, ...], n: int, absorb_below: int | None = 
             dtype = complex_dtype()
             mats = _products([(b.wires, b.gates) for b in chosen], dtype)
             fused.update({id(b): FusedGate(m, b.wires) for b, m in zip(chosen, mats, strict=True)})
-    return [fused.get(id(b), b.gates[0]) for b in blocks]
+    return merge_permutations([fused.get(id(b), b.gates[0]) for b in blocks], n)

@@ -189,3 +189,87 @@ def test_hea_runs_as_scanned_staircases():
     assert len(grouped) == 2 and isinstance(grouped[1].gates[0], qfx.CNOT)
     jaxpr = str(jax.make_jaxpr(lambda s: K.run(ops, s, n))(qfx.zero_state(n)))
     assert jaxpr.count("scan[") == 2
+
+
+# --- permutation runs (`qfx/_fusion.py: Permutation`): CNOT, SWAP, X runs applied as one gather ---------
+
+
+@pytest.fixture
+def gathers(monkeypatch):
+    """Permutation runs of any length >= 2 at any size, so that small test circuits exercise them."""
+    monkeypatch.setattr(_fusion, "PERMUTATION_MIN_RUN", 2)
+    monkeypatch.setattr(_fusion, "PERMUTATION_MIN_WIRES", 1)
+
+
+def _permutation_circuit(rng, n, runs=3):
+    """Parameterised layers separated by random runs of CNOT, SWAP and X gates (and a Toffoli)."""
+    ops = []
+    for r in range(runs):
+        ops += [qfx.RY(rng.uniform(-np.pi, np.pi), wires=w) for w in range(n)]
+        for _ in range(rng.integers(3, 9)):
+            a, b = (int(w) for w in rng.choice(n, 2, replace=False))
+            ops.append([qfx.CNOT((a, b)), qfx.SWAP((a, b)), qfx.X(a)][rng.integers(3)])
+        ops.append(qfx.CRZ(rng.uniform(-np.pi, np.pi), wires=(r % n, (r + 2) % n)))
+        if r == 1:
+            ops.append(qfx.Toffoli((0, 1, 2)))  # not affine: ends a run
+    return qfx.Circuit(ops, n)
+
+
+def test_permutation_runs_are_merged(gathers):
+    n = 5
+    gates = [qfx.CNOT((0, 1)), qfx.SWAP((1, 3)), qfx.X(4), qfx.Toffoli((0, 1, 2)), qfx.CNOT((2, 0))]
+    gates += [qfx.CY((0, 1)), qfx.CNOT((3, 4)), qfx.X(0), qfx.RX(0.3, wires=2)]
+    kinds = [type(op).__name__ for op in _fusion.fuse(gates, n)]
+    # Toffoli is not affine and CY has phases: both end runs; a lone CNOT stays a CNOT.
+    assert kinds == ["Permutation", "Toffoli", "CNOT", "CY", "Permutation", "RX"]
+    many = [qfx.CNOT((w, w + 1)) for w in range(n - 1)]
+    assert [type(op).__name__ for op in _fusion.fuse(many, 4 * n)] == ["Permutation"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_permutation_runs_match_reference(seed, gathers):
+    rng = np.random.default_rng(300 + seed)
+    n = 6
+    circ = _permutation_circuit(rng, n)
+    assert any(isinstance(op, _fusion.Permutation) for op in _fusion.fuse(circ.ops, n))
+    psi = random_state(rng, n)
+    np.testing.assert_allclose(qfx.state(circ, initial_state=psi), ref.final_state(circ, psi), atol=2e-5)
+    # The adjoint of a run undoes it.
+    for op in _fusion.fuse(circ.ops, n):
+        if isinstance(op, _fusion.Permutation):
+            back = K.apply_gate(K.apply_gate(psi, op, n), op.adjoint(), n)
+            np.testing.assert_allclose(back, psi, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "method",
+    [qfx.diff.Backprop(), qfx.diff.Adjoint(), qfx.diff.ParameterShift()],
+    ids=["backprop", "adjoint", "parameter_shift"],
+)
+def test_permutation_run_gradients_hessian_and_vmap(method, gathers, x64):
+    rng = np.random.default_rng(11)
+    n = 5
+    circ = _permutation_circuit(rng, n, runs=2)
+    obs = qfx.Z(0) @ qfx.Z(3) + 0.5 * qfx.X(2)
+
+    def f(c):
+        return qfx.expval(c, obs, diff=method)
+
+    expected = central_difference(lambda c: np.real(ref.expval(c, obs)), circ)
+    assert tree_allclose(jax.jit(jax.grad(f))(circ), expected, atol=1e-6)
+    # Second order through the gather (its transpose is a scatter): the Hessian in the first two angles.
+    params, static = eqx.partition(circ, eqx.is_inexact_array)
+    leaves, treedef = jax.tree.flatten(params)
+
+    def g(x):
+        return f(eqx.combine(jax.tree.unflatten(treedef, [x[0], x[1], *leaves[2:]]), static))
+
+    x0 = np.array([leaves[0], leaves[1]], dtype=float)
+    hess = jax.jit(jax.hessian(g))(x0)
+    grad_g = jax.jit(jax.grad(g))
+    fd = np.array([central_difference(lambda x: float(grad_g(x)[i]), x0) for i in range(2)])
+    np.testing.assert_allclose(hess, fd, atol=1e-5)
+    # Batched states: the gather is vmapped.
+    states = np.stack([random_state(rng, n) for _ in range(3)])
+    batched = jax.jit(jax.vmap(lambda s: qfx.state(circ, initial_state=s)))(states)
+    np.testing.assert_allclose(batched, [ref.final_state(circ, s) for s in states], atol=1e-9)
