@@ -45,14 +45,16 @@ def hea(theta: np.ndarray) -> qfx.Circuit:
     return qfx.Circuit([qfx.repeat(layer, theta, num_wires=n)], num_wires=n)
 
 
-def make(n: int, num_layers: int, seed: int = 0):
+def make(n: int, num_layers: int, seed: int = 0, diff=None):
+    """The circuit and its cost function; `diff` is the gradient method (default: qfx's default)."""
     rng = np.random.default_rng(seed)
     theta = rng.uniform(0.0, 2 * np.pi, size=(num_layers, n, 2)).astype(np.float32)
     circuit = hea(theta)
     observable = sum(qfx.Z(i) for i in range(n))
+    kwargs = {} if diff is None else {"diff": diff}
 
     def cost(c):
-        return qfx.expval(c, observable)
+        return qfx.expval(c, observable, **kwargs)
 
     return circuit, cost
 

@@ -57,9 +57,12 @@ class FusedGate(AbstractGate):
 
 
 # A run of at least this many consecutive permutation gates (CNOT, SWAP, X) on a state of at least this
-# many qubits is applied as one gather (`Permutation`).
+# many qubits is applied as one gather (`Permutation`). Measured on a 2-core CPU (HEA, L = 10): n = 14
+# backprop value_and_grad 18.2 -> 14.0 ms, n = 16 54.6 -> 35.4 ms, forward 12.5 -> 7.2 ms; at n = 12 a
+# wash (the ladder is a staircase there). Gather indices are int32, hence at most 30 qubits.
 PERMUTATION_MIN_RUN = 4
 PERMUTATION_MIN_WIRES = 13
+_PERMUTATION_MAX_WIRES = 30
 
 
 def _affine(perm: tuple[int, ...]) -> bool:
@@ -117,10 +120,9 @@ def _tables(steps, n: int) -> tuple[np.ndarray, np.ndarray]:
         return index
 
     m = n // 2
-    dtype = np.int32 if n < 31 else np.int64
     high = g(np.arange(2 ** (n - m), dtype=np.int64) << m)
     low = g(np.arange(2**m, dtype=np.int64)) ^ g(np.zeros(1, dtype=np.int64))
-    return high.astype(dtype), low.astype(dtype)
+    return high.astype(np.int32), low.astype(np.int32)
 
 
 def _permutes(op) -> bool:
@@ -134,7 +136,7 @@ def _permutes(op) -> bool:
 def merge_permutations(ops: list, n: int) -> list:
     """`ops` with each run of at least `PERMUTATION_MIN_RUN` consecutive affine permutation gates replaced
     by one `Permutation`, on states of at least `PERMUTATION_MIN_WIRES` qubits."""
-    if n < PERMUTATION_MIN_WIRES:
+    if not PERMUTATION_MIN_WIRES <= n <= _PERMUTATION_MAX_WIRES:
         return list(ops)
     out, run = [], []
 

@@ -344,7 +344,7 @@ class Bridge:
                     return self._c_apply(*tensors)
                 finally:
                     _handoff.needs = _handoff.kept = None
-        if _forward_ad._current_level < 0:
+        if getattr(_forward_ad, "_current_level", 0) < 0:  # a private attribute: absent means "maybe"
             # Nothing to record (no graph, no dual tensors outside a `dual_level`): the autograd node
             # would be dropped at once, so the forward runs without it (~30 us less a call).
             return self.forward(*tensors)

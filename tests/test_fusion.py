@@ -267,7 +267,7 @@ def test_permutation_run_gradients_hessian_and_vmap(method, gathers, x64):
     x0 = np.array([leaves[0], leaves[1]], dtype=float)
     hess = jax.jit(jax.hessian(g))(x0)
     grad_g = jax.jit(jax.grad(g))
-    fd = np.array([central_difference(lambda x: float(grad_g(x)[i]), x0) for i in range(2)])
+    fd = np.array([central_difference(lambda x, i=i: float(grad_g(x)[i]), x0) for i in range(2)])
     np.testing.assert_allclose(hess, fd, atol=1e-5)
     # Batched states: the gather is vmapped.
     states = np.stack([random_state(rng, n) for _ in range(3)])

@@ -1,9 +1,11 @@
 """qfx worker: benchmarks/hea.py's `make(n, L)` and `jax.jit(jax.value_and_grad(cost))`, as a user writes it.
 
 Runs in qfx's own environment (the interpreter that runs run.py). Batches: `eqx.filter_vmap(hea)` builds a
-batch of circuits from stacked parameters and `jax.vmap` evaluates it. complex64.
+batch of circuits from stacked parameters and `jax.vmap` evaluates it. complex64. The job's "diff" key
+("adjoint") picks `diff=qfx.diff.Adjoint()` instead of the default (backprop).
 """
 
+import json
 import os
 import sys
 
@@ -23,6 +25,9 @@ from hea import hea, make  # noqa: E402  (benchmarks/hea.py)
 
 import qfx  # noqa: E402
 
+DIFF = json.loads(sys.argv[1]).get("diff") if len(sys.argv) > 1 else None
+METHODS = {None: None, "adjoint": qfx.diff.Adjoint()}
+
 
 def circuit_grad_to_theta(grad_circuit, n: int, L: int) -> np.ndarray:
     """The circuit-shaped gradient as an array theta[..., l, i, k].
@@ -41,7 +46,7 @@ def circuit_grad_to_theta(grad_circuit, n: int, L: int) -> np.ndarray:
 def build(workload, n, L, batch):
     sync = jax.block_until_ready
     if workload == "vg":
-        circuit, cost = make(n, L)
+        circuit, cost = make(n, L, diff=METHODS[DIFF])
         params = circuit_grad_to_theta(circuit, n, L)
         if not np.array_equal(params, common.theta(n, L)):
             raise RuntimeError("benchmarks/hea.py's parameters differ from common.theta")
@@ -58,7 +63,7 @@ def build(workload, n, L, batch):
 
         return fn, circuit, sync, to_numpy
 
-    _, cost = make(n, L)
+    _, cost = make(n, L, diff=METHODS[DIFF])
     stacked = common.thetas(batch, n, L)
     circuits = eqx.filter_vmap(hea)(stacked)
     if workload == "batch_fwd":
@@ -74,7 +79,7 @@ if __name__ == "__main__":
     common.run_worker(
         build,
         library="qfx",
-        method="jit, default diff",
+        method="jit, diff=Adjoint()" if DIFF == "adjoint" else "jit, default diff",
         versions={"qfx": qfx.__version__, "jax": jax.__version__, "equinox": eqx.__version__},
         notes="complex64",
     )
