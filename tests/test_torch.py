@@ -18,7 +18,7 @@ from .helpers import tree_allclose
 torch = pytest.importorskip("torch")
 import torch.autograd.forward_ad as fwad  # noqa: E402 - needs torch, so after the importorskip
 
-from qfx._torch_bridge import Bridge  # noqa: E402
+from qfx._torch_bridge import _cpu_argument, _fast_paths, Bridge  # noqa: E402
 import qfx.torch as qt  # noqa: E402
 
 DIFF_METHODS = [qfx.diff.Backprop(), qfx.diff.Adjoint(), qfx.diff.ParameterShift(), qfx.diff.FiniteDiff()]
@@ -257,6 +257,14 @@ def test_small_inputs_are_copied_large_ones_shared_and_both_are_exact(size):
     f = qt.to_torch(lambda a, b: (jnp.sin(a) * b, a))
     a = torch.linspace(-3.0, 3.0, size, requires_grad=True)
     b = torch.rand(size)
+    # The route each input takes into a jitted call: a NumPy view (copied by the call) or a zero-copy
+    # JAX array on the tensor's own buffer.
+    to_jax, _ = _fast_paths()
+    arg = _cpu_argument(b, to_jax)
+    if size * 4 <= 64 * 1024:  # the documented threshold
+        assert isinstance(arg, np.ndarray) and arg.ctypes.data == b.data_ptr()
+    else:
+        assert isinstance(arg, jax.Array) and arg.unsafe_buffer_pointer() == b.data_ptr()
     out, same = f(a, b)
     torch.testing.assert_close(out, torch.sin(a.detach()) * b)
     (g,) = torch.autograd.grad(out.sum(), a, retain_graph=True)
