@@ -18,7 +18,7 @@ from .helpers import tree_allclose
 torch = pytest.importorskip("torch")
 import torch.autograd.forward_ad as fwad  # noqa: E402 - needs torch, so after the importorskip
 
-from qfx._torch_bridge import _cpu_argument, _fast_paths, Bridge  # noqa: E402
+from qfx._torch_bridge import Bridge, _cpu_argument, _fast_paths  # noqa: E402
 import qfx.torch as qt  # noqa: E402
 
 DIFF_METHODS = [qfx.diff.Backprop(), qfx.diff.Adjoint(), qfx.diff.ParameterShift(), qfx.diff.FiniteDiff()]
