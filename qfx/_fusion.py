@@ -59,9 +59,13 @@ class FusedGate(AbstractGate):
 # A run of at least this many consecutive permutation gates (CNOT, SWAP, X) on a state of at least this
 # many qubits is applied as one gather (`Permutation`). Measured on a 2-core CPU (HEA, L = 10): n = 14
 # backprop value_and_grad 18.2 -> 14.0 ms, n = 16 54.6 -> 35.4 ms, forward 12.5 -> 7.2 ms; at n = 12 a
-# wash (the ladder is a staircase there). Gather indices are int32, hence at most 30 qubits.
+# wash (the ladder is a staircase there). From 8 qubits the one gather also beats the staircase's loop
+# steps (n = 8, same script, two runs: value_and_grad 1.04-1.11 -> 0.61-0.82 ms; 1024 parameter sets under
+# vmap: forward 10.4-12.0 -> 8.1-10.2 ms, value_and_grad 79-102 -> 73-88 ms; n = 10: 1.44-1.59 -> 1.04-1.35
+# ms; n = 12: value_and_grad a wash, forward 0.82-0.91 -> 1.18-1.38 ms; n = 6, where the 5-gate ladder is
+# unrolled: mixed). Gather indices are int32, hence at most 30 qubits.
 PERMUTATION_MIN_RUN = 4
-PERMUTATION_MIN_WIRES = 13
+PERMUTATION_MIN_WIRES = 8
 _PERMUTATION_MAX_WIRES = 30
 
 

@@ -180,15 +180,26 @@ def test_staircase_gradients_and_vmap(stairs, x64):
 
 
 def test_hea_runs_as_scanned_staircases():
-    """At a size where staircases are on by default, HEA's fused layer becomes two staircases: the RZ RY
-    blocks on every wire, and the CNOT ladder."""
+    """At a size where staircases are on by default, HEA's fused layer becomes a staircase of the RZ RY
+    blocks on every wire and one gather for the CNOT ladder; with gathers off, two staircases."""
     n = K.STAIRCASE_MAX_WIRES
-    ops = _fusion.fuse(_hea_layer(np.linspace(0.1, 1.2, 2 * n).reshape(n, 2), n), n)
+    assert _fusion.PERMUTATION_MIN_WIRES <= n
+    layer = _hea_layer(np.linspace(0.1, 1.2, 2 * n).reshape(n, 2), n)
+    ops = _fusion.fuse(layer, n)
     grouped = K.staircases(ops, n)
-    assert [len(s.gates) for s in grouped if isinstance(s, K.Staircase)] == [n, n - 1]
-    assert len(grouped) == 2 and isinstance(grouped[1].gates[0], qfx.CNOT)
+    assert [len(s.gates) for s in grouped if isinstance(s, K.Staircase)] == [n]
+    assert len(grouped) == 2 and isinstance(grouped[1], _fusion.Permutation)
     jaxpr = str(jax.make_jaxpr(lambda s: K.run(ops, s, n))(qfx.zero_state(n)))
-    assert jaxpr.count("scan[") == 2
+    assert jaxpr.count("scan[") == 1 and jaxpr.count("gather[") == 1
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_fusion, "PERMUTATION_MIN_WIRES", n + 1)
+        ops = _fusion.fuse(layer, n)
+        grouped = K.staircases(ops, n)
+        assert [len(s.gates) for s in grouped if isinstance(s, K.Staircase)] == [n, n - 1]
+        assert len(grouped) == 2 and isinstance(grouped[1].gates[0], qfx.CNOT)
+        jaxpr = str(jax.make_jaxpr(lambda s: K.run(ops, s, n))(qfx.zero_state(n)))
+        assert jaxpr.count("scan[") == 2 and "gather[" not in jaxpr
 
 
 # --- permutation runs (`qfx/_fusion.py: Permutation`): CNOT, SWAP, X runs applied as one gather ---------
