@@ -15,10 +15,14 @@ timed by the v+g rows).
 value-and-grad; the backward scales the kept gradients); "TorchLayer v+g" computes that loss in torch on a
 `TorchLayer`'s outputs (the forward keeps JAX's VJP residuals, the backward applies them in one more
 compiled call). The best of several alternating rounds is reported.
+A last table times the bridge's input preparation (a few us of Python) warm and right after a pause or a
+large XLA call, where the same code runs many times slower (see `after_pause_us`): that, more than the
+bridge's own work, is what the overhead at batch 1024 is made of.
 """
 
 import argparse
 import os
+import statistics
 import time
 
 import jax
@@ -27,6 +31,7 @@ import numpy as np
 import torch
 
 import qfx
+import qfx._torch_bridge as bridge
 import qfx.torch
 
 N_WIRES = 4
@@ -128,6 +133,41 @@ def rows_for_batch(batch: int, theta_np: np.ndarray, number: int, rounds: int, r
     return rows
 
 
+def after_pause_us(batch: int, theta_np: np.ndarray, calls: int, rng) -> list[tuple[str, float]]:
+    """The bridge's input preparation for one call (detach, checks, NumPy views of two tensors: a few us of
+    Python and torch) timed right after different things, median over `calls`: nothing (warm caches), a 5
+    ms sleep, and one pure-JAX value_and_grad at `batch`. On a shared 2-core VM the same Python work runs
+    ~10-20x slower after the process has waited or run a large XLA call (caches and predictors cold), so
+    every microsecond of Python a training step adds after its XLA call counts ten times."""
+    x_np = rng.uniform(0, np.pi, (batch, N_WIRES)).astype(np.float32)
+    x_t, th_t = torch.tensor(x_np), torch.tensor(theta_np).requires_grad_()
+    to_jax, _ = bridge._fast_paths()
+    vg_jax = jax.jit(jax.value_and_grad(loss, argnums=1))
+    x_j, th_j = jnp.asarray(x_np), jnp.asarray(theta_np)
+
+    def prepare_ns():
+        t0 = time.perf_counter_ns()
+        for t in (x_t, th_t):
+            bridge._cpu_argument(bridge._prepare(t), to_jax)
+        return time.perf_counter_ns() - t0
+
+    befores = [
+        ("nothing (warm)", lambda: None),
+        ("a 5 ms sleep", lambda: time.sleep(0.005)),
+        (f"pure-JAX v+g, batch {batch}", lambda: jax.block_until_ready(vg_jax(x_j, th_j))),
+    ]
+    out = []
+    for name, before in befores:
+        before()
+        prepare_ns()
+        times = []
+        for _ in range(calls):
+            before()
+            times.append(prepare_ns())
+        out.append((name, statistics.median(times) / 1e3))
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--number", type=int, default=200, help="consecutive calls per round, batch 1")
@@ -158,6 +198,9 @@ def main():
                 f"{over / jax_us[k]:>10.1%}"
             )
         print()
+    print("input preparation of one bridge call (us, median), right after:")
+    for name, us in after_pause_us(1024, theta_np, 200, rng):
+        print(f"  {name:<28}{us:>8.1f}")
 
 
 if __name__ == "__main__":
