@@ -168,6 +168,58 @@ def _dense_broadcast(view: Array, matrix: Array, axes, rotated: bool = False) ->
     return jnp.moveaxis(out, 0, -1) if rotated else out
 
 
+# Entries of the state per first-stage partial sum of a matrix cotangent (see `_matrix_tangent`).
+_STAGE = 8
+
+
+def _matrix_tangent(view: Array, dmatrix: Array, axes, rotated: bool = False) -> Array:
+    """`_dense_broadcast(view, dmatrix, axes, rotated)`, written so that its transpose, the cotangent of
+    the matrix in reverse mode, is a fast reduction.
+
+    That cotangent sums `ct[.., i, ..] * view[.., j, ..]` over all other axes. Left to itself, XLA's CPU
+    compiler rewrites so large a sum as a tree of `reduce-window` stages that cannot fuse with the product,
+    so the 4**k products are first written out in full: about 3 passes' worth of time on top of the pass
+    that reads the two states. Here the matrix is first broadcast to all axes but a chunk of `_STAGE` entries
+    of one other axis, behind an optimisation barrier, and then over that chunk. Transposed, that is a sum
+    over each chunk fused with the products (one pass over the two states, writing 4**k / 2**k / `_STAGE`
+    of a state), the barrier, and a sum of what is left. Measured at n = 20 (one-qubit gate, 2-core CPU):
+    1.0-2.1 ms against 2.5-4.0 ms, where one elementwise pass over the two states costs 0.6-1.4 ms.
+    In forward mode the barrier materialises the broadcast matrix, the size of that first stage's output.
+    """
+    k = len(axes)
+    rest = [a for a in range(view.ndim) if a not in axes]
+    fits = [a for a in rest if view.shape[a] >= _STAGE and view.shape[a] % _STAGE == 0]
+    if not fits:  # a small state: nothing to gain
+        return _dense_broadcast(view, dmatrix, axes, rotated)
+    chunked = rest[-1] if rest[-1] in fits else max(fits, key=lambda a: view.shape[a])
+    shape = list(view.shape)
+    shape[chunked : chunked + 1] = [shape[chunked] // _STAGE, _STAGE]
+    moved = [a + (a > chunked) for a in axes]
+    # The view with an output axis of size 1 before each gate (input) axis, as in `_dense_broadcast`.
+    expanded, positions = [], []
+    for a, size in enumerate(shape):
+        if a in moved:
+            positions.append(len(expanded))
+            expanded += [1, size]
+        else:
+            expanded.append(size)
+    chunk = sum(2 if a in moved else 1 for a in range(chunked + 1))  # the chunk's index in `expanded`
+    u = dmatrix.reshape((2,) * 2 * k).transpose([x for m in range(k) for x in (m, k + m)])
+    ushape = [1] * len(expanded)
+    for p in positions:
+        ushape[p] = ushape[p + 1] = 2
+    outer = list(expanded)
+    for p in positions:
+        outer[p] = 2
+    outer[chunk] = 1
+    u = jax.lax.optimization_barrier(jnp.broadcast_to(u.reshape(ushape), outer))
+    full = list(outer)
+    full[chunk] = _STAGE
+    out = jnp.sum(view.reshape(expanded) * jnp.broadcast_to(u, full), axis=tuple(p + 1 for p in positions))
+    out = out.reshape(view.shape)
+    return jnp.moveaxis(out, 0, -1) if rotated else out
+
+
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3))
 def _dense_small(view: Array, matrix: Array, axes, rotated: bool = False) -> Array:
     return _dense_slices(view, matrix, axes, rotated)
@@ -182,7 +234,7 @@ def _dense_small_jvp(axes, rotated, primals, tangents):
     if not isinstance(dview, SymbolicZero):
         parts.append(_dense_broadcast(dview, matrix, axes, rotated))
     if not isinstance(dmatrix, SymbolicZero):
-        parts.append(_dense_broadcast(view, dmatrix, axes, rotated))
+        parts.append(_matrix_tangent(view, dmatrix, axes, rotated))
     return out, sum(parts[1:], parts[0]) if parts else jnp.zeros_like(out)
 
 
