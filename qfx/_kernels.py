@@ -199,7 +199,7 @@ def _matrix_tangent(view: Array, dmatrix: Array, axes, rotated: bool = False) ->
     In forward mode the barrier materialises the broadcast matrix, the size of that first stage's output.
     """
     rest = [a for a in range(view.ndim) if a not in axes]
-    fits = [a for a in rest if view.shape[a] >= _STAGE and view.shape[a] % _STAGE == 0]
+    fits = [a for a in rest if view.shape[a] >= _STAGE]  # powers of 2, so whole chunks
     if not fits:  # a small state: nothing to gain
         return _dense_broadcast(view, dmatrix, axes, rotated)
     chunked = rest[-1] if rest[-1] in fits else max(fits, key=lambda a: view.shape[a])

@@ -25,13 +25,14 @@ def _gate_step(gate, psi: Array, bra: Array, n: int) -> tuple[Array, Array, list
     to the gate alone, at the state before it: this works for every gate (`QubitUnitary` entries too).
     """
     inverse = gate.adjoint()
-    # Written once and read twice (returned, and by the parameter cotangent): without the barrier XLA fuses
-    # the un-apply into both readers and computes it twice, one more pass over the state per gate.
-    # Measured (HEA L = 10, adjoint value_and_grad, same script): n = 20 1792-1826 -> 1522-1525 ms,
-    # n = 12 3.5-3.6 -> 2.6-2.9 ms, n = 16 unchanged within noise.
-    psi_before = jax.lax.optimization_barrier(apply_gate(psi, inverse, n))
+    psi_before = apply_gate(psi, inverse, n)
     leaves = []
     if jax.tree.leaves(gate):
+        # Read twice (returned, and by the parameter cotangent): without the barrier XLA fuses the un-apply
+        # into both readers and computes it twice, one more pass over the state per gate. Measured (HEA
+        # L = 10, adjoint value_and_grad, same script): n = 20 1792-1826 -> 1522-1525 ms, n = 12 3.5-3.6 ->
+        # 2.6-2.9 ms, n = 16 unchanged within noise.
+        psi_before = jax.lax.optimization_barrier(psi_before)
         _, vjp = jax.vjp(lambda g: apply_gate(psi_before, g, n), gate)
         (gate_bar,) = vjp(bra.conj())
         leaves = jax.tree.leaves(gate_bar)
