@@ -22,7 +22,7 @@ import numpy as np
 
 from ._circuit import Repeat
 from ._custom_types import complex_dtype, is_concrete, real_dtype
-from ._fusion import batchable, fuse, Permutation
+from ._fusion import Permutation, batchable, fuse
 from ._gates import AbstractGate, PauliRot
 from ._observables import Word
 
@@ -91,7 +91,7 @@ def _bits(index: int, k: int) -> tuple[int, ...]:
 
 def _slice(view: Array, axes, bits) -> Array:
     idx = [slice(None)] * view.ndim
-    for a, b in zip(axes, bits):
+    for a, b in zip(axes, bits, strict=True):
         idx[a] = b
     return view[tuple(idx)]
 
@@ -333,21 +333,38 @@ def apply_gate(state: Array, gate: AbstractGate, n: int, wire_map=None) -> Array
             raise NotImplementedError("a fused Permutation is applied to the whole state only")
         return apply_permutation_run(state, gate, n)
     wires = gate.wires if wire_map is None else tuple(wire_map[w] for w in gate.wires)
-    control = gate.control()
-    if control is not None:
-        return _apply_controlled(state, control, n, wire_map)
-    diag = gate.diagonal()
-    if diag is not None:
-        return apply_diagonal(state, diag, wires, n)
-    perm = gate.permutation()
-    if perm is not None:
-        return apply_permutation(state, perm[0], perm[1], wires, n)
-    if isinstance(gate, PauliRot) and len(wires) > _ELEMENTWISE_MAX_WIRES:
+    kind, value = operator_form(gate)
+    if kind == "controlled":
+        return _apply_controlled(state, value, n, wire_map)
+    if kind == "diagonal":
+        return apply_diagonal(state, value, wires, n)
+    if kind == "permutation":
+        return apply_permutation(state, value[0], value[1], wires, n)
+    if kind == "pauli_rotation":
         c, s = jnp.cos(gate.theta / 2), jnp.sin(gate.theta / 2)
         word = tuple((wires[i], p) for i, p in enumerate(gate.pauli_word) if p != "I")
         rotated = apply_pauli_word(state, word, n)
         return c.astype(state.dtype) * state - 1j * s.astype(state.dtype) * rotated
-    return apply_matrix(state, gate.matrix(), wires, n)
+    return apply_matrix(state, value, wires, n)
+
+
+def operator_form(gate: AbstractGate) -> tuple[str, object]:
+    """The form in which `apply_gate` applies `gate` (not a fused `Permutation`), and what that form needs:
+    `("controlled", gate.control())`, `("diagonal", diagonal)` (an elementwise product),
+    `("permutation", (perm, phases))`, `("pauli_rotation", None)` (a wide `PauliRot`, by flips and phases)
+    or `("matrix", matrix)` (a dense product on `gate.wires`)."""
+    control = gate.control()
+    if control is not None:
+        return "controlled", control
+    diag = gate.diagonal()
+    if diag is not None:
+        return "diagonal", diag
+    perm = gate.permutation()
+    if perm is not None:
+        return "permutation", perm
+    if isinstance(gate, PauliRot) and len(gate.wires) > _ELEMENTWISE_MAX_WIRES:
+        return "pauli_rotation", None
+    return "matrix", gate.matrix()
 
 
 def _apply_controlled(state: Array, control, n: int, wire_map) -> Array:
@@ -355,7 +372,7 @@ def _apply_controlled(state: Array, control, n: int, wire_map) -> Array:
     pos = (lambda w: w) if wire_map is None else wire_map.__getitem__
     cpos = sorted(pos(c) for c in controls)
     t = state.reshape((2,) * n)
-    value_at = {pos(c): v for c, v in zip(controls, values)}
+    value_at = {pos(c): v for c, v in zip(controls, values, strict=True)}
     idx = tuple(value_at[a] if a in value_at else slice(None) for a in range(n))
     # Wires of the target inside the slice, which lacks the control axes.
     inner = {w: pos(w) - sum(c < pos(w) for c in cpos) for w in target.wires}
@@ -588,7 +605,7 @@ def pauli_expvals(state: Array, words: tuple[Word, ...], n: int) -> Array:
             if not np.iscomplexobj(c) and not np.any(weights.imag):
                 weights = weights.real
             vals = jnp.real(jnp.sum(jnp.asarray(weights, m.dtype) * m[None, :], axis=1))
-            for j, v in zip(local, vals):
+            for j, v in zip(local, vals, strict=True):
                 values[members[j]] = v.astype(real_dtype())
     return jnp.stack(values) if values else jnp.zeros((0,), real_dtype())
 

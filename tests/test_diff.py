@@ -124,15 +124,31 @@ def test_jacobian_matches_reference(precision, request):
         assert tree_allclose(results[method], results["backprop"], rtol=tol, atol=tol), method
 
 
-def test_every_gate(x64):
+@pytest.mark.parametrize("n, loop", [(3, False), (6, False), (6, True)])
+def test_every_gate(x64, n, loop, monkeypatch):
     """Each gate of the battery once: shift rules, un-applying and differences against the reference.
-    The QubitUnitary entries stay fixed (parameter-shift has no rule for them)."""
+    The QubitUnitary entries stay fixed (parameter-shift has no rule for them). On 3 wires fusion absorbs
+    the two-qubit gates into dense blocks; on 6 they stay as they are, so the adjoint's step meets every
+    form of gate: dense matrices, diagonals and the others (controlled, wide Pauli rotations). With
+    `loop`, the adjoint walks as it does on large states: one gate per loop step, and the cotangents of
+    matrices and diagonals taken from the states after the gate."""
+    if loop:
+        monkeypatch.setattr(_adjoint, "_LOOP_MIN_WIRES", 1)
+    forms = set()
+    operator_form = _adjoint.operator_form
+
+    def recording(gate):
+        out = operator_form(gate)
+        forms.add(out[0])
+        return out
+
+    monkeypatch.setattr(_adjoint, "operator_form", recording)
     rng = np.random.default_rng(3)
     ops = []
     for k, make in ALL_GATES.values():
-        wires = tuple(int(w) for w in rng.permutation(3)[:k])
+        wires = tuple(int(w) for w in rng.permutation(n)[:k])
         ops.append(make(rng, wires if k > 1 else wires[0]))
-    flat = Flat(qfx.Circuit(ops, 3))
+    flat = Flat(qfx.Circuit(ops, n))
     obs = _observables(rng)[0]
     expected = central_difference(lambda th: ref.expval(flat.reference(th), obs), flat.theta, eps=1e-5)
     theta = jnp.asarray(flat.theta)
@@ -144,6 +160,8 @@ def test_every_gate(x64):
             method,
             np.abs(grad - expected).max(),
         )
+    if n > 4:
+        assert {"matrix", "diagonal", "controlled", "pauli_rotation"} <= forms, forms
 
 
 # --- Hessians ------------------------------------------------------------------------------------
@@ -189,12 +207,27 @@ def test_hessian(x64):
         assert tree_allclose(hessians[method], hessians["backprop"], rtol=1e-9, atol=1e-9), method
 
 
-def test_adjoint_reverse_over_reverse(x64):
-    """grad of grad differentiates the adjoint's backward walk by backprop: it equals backprop's Hessian."""
+@pytest.mark.parametrize("loop", [False, True])
+def test_adjoint_reverse_over_reverse(x64, loop, monkeypatch):
+    """grad of grad differentiates the adjoint's backward walk by backprop: it equals backprop's Hessian.
+    With `loop`, the walk runs as on large states (a loop, cotangents from the states after each gate),
+    on a circuit whose diagonal two-qubit gates stay unfused; forward-over-reverse is checked too."""
+    if loop:
+        monkeypatch.setattr(_adjoint, "_LOOP_MIN_WIRES", 1)
     theta = jnp.asarray(np.random.default_rng(9).uniform(-np.pi, np.pi, 6))
-    expected = jax.jit(jax.hessian(_small(qfx.diff.Backprop())))(theta)
-    got = jax.jit(jax.jacrev(jax.grad(_small(qfx.diff.Adjoint()))))(theta)
-    assert tree_allclose(got, expected, rtol=1e-9, atol=1e-9)
+
+    def wide(diff):  # _small's gates on 5 wires, where fusion leaves CRZ and IsingZZ as they are
+        obs = _small_obs() + 0.3 * qfx.Z(4)
+        circuit = lambda th: qfx.Circuit(_small_circuit(th).ops + (qfx.CNOT((1, 4)),), 5)  # noqa: E731
+        return lambda th: qfx.expval(circuit(th), obs, diff=diff)
+
+    for make in (_small, wide):
+        expected = jax.jit(jax.hessian(make(qfx.diff.Backprop())))(theta)
+        got = jax.jit(jax.jacrev(jax.grad(make(qfx.diff.Adjoint()))))(theta)
+        assert tree_allclose(got, expected, rtol=1e-9, atol=1e-9), make.__name__
+        if loop:
+            got = jax.jit(jax.hessian(make(qfx.diff.Adjoint())))(theta)
+            assert tree_allclose(got, expected, rtol=1e-9, atol=1e-9), make.__name__
 
 
 # --- transformations ------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from jaxtyping import Array
 
 from .._circuit import Repeat
 from .._fusion import fuse
-from .._kernels import apply_gate, run
+from .._kernels import apply_diagonal, apply_gate, apply_matrix, operator_form, run
 from ._base import AbstractDiffMethod, check_gates_only
 from ._shifts import from_real_coordinates, real_coordinates
 
@@ -15,28 +15,52 @@ from ._shifts import from_real_coordinates, real_coordinates
 _LOOP_MIN_WIRES = 16
 
 
-def _gate_step(gate, psi: Array, bra: Array, n: int) -> tuple[Array, Array, list[Array]]:
-    """One gate backwards: the state and bra before it, and its parameter cotangents.
+# The state and the bra (the conjugate of the state's cotangent) at one point of the backward walk.
+Pair = tuple[Array, Array]
 
-    `psi` is the state after the gate and `bra` the conjugate of its cotangent. The gate `U` is un-applied
-    (`U^dagger`, through the same kernel) to both: to `psi` to recover the state before the gate, and to
-    `bra` to move it back past the gate (the cotangent of `U psi` is `U^T lam = conj(U^dagger conj(lam))`
-    in JAX's convention). The parameter cotangents are `jax.vjp` of the gate-application path with respect
-    to the gate alone, at the state before it: this works for every gate (`QubitUnitary` entries too).
+
+def _gate_step(gate, pair: Pair, n: int) -> tuple[Pair, list[Array]]:
+    """One gate backwards: `pair` before it, and the gate's parameter cotangents.
+
+    `pair` is the state after the gate and the bra there. Both move back past the gate by the same
+    un-apply (`U^dagger`, through the same kernel): the state to the state before the gate, and the bra
+    because the cotangent of `U psi` is `U^T lam = conj(U^dagger conj(lam))` in JAX's convention.
+
+    The parameter cotangents are `jax.vjp` of the gate's application with respect to the gate, at the
+    state before it: `U_bar[i, j] = sum conj(bra[i]) psi_before[j]` over the other wires for a matrix `U`.
+    On large states, where the walk is a loop (see `_blocks_backward`), gates applied as a dense matrix
+    or a diagonal take it from the states after the gate instead: since `psi_before = U^dagger psi`,
+    `U_bar = C conj(U)` with `C[i, k] = sum conj(bra[i]) psi[k]` (for a diagonal, `d_bar = conj(d) C`), and
+    `jax.vjp` of `matrix()` (or `diagonal()`) carries `U_bar` to the gate's leaves. The reduction then
+    reads the loop's carried states rather than a freshly un-applied one. Measured (HEA, L = 6, adjoint
+    value_and_grad, 2-core CPU, same script): n = 20 494-527 -> 427-442 ms, XLA temp 42 -> 34 MiB; n = 16
+    53-56 -> 44-51 ms; n = 12 a wash. Unrolled, on small states, it is slower: 1024 vmapped HEA(8, 4)
+    gradients 36-41 -> 43-44 ms.
     """
     inverse = gate.adjoint()
-    psi_before = apply_gate(psi, inverse, n)
-    leaves = []
-    if jax.tree.leaves(gate):
-        # Read twice (returned, and by the parameter cotangent): without the barrier XLA fuses the un-apply
-        # into both readers and computes it twice, one more pass over the state per gate. Measured (HEA
-        # L = 10, adjoint value_and_grad, same script): n = 20 1792-1826 -> 1522-1525 ms, n = 12 3.5-3.6 ->
-        # 2.6-2.9 ms, n = 16 unchanged within noise.
-        psi_before = jax.lax.optimization_barrier(psi_before)
-        _, vjp = jax.vjp(lambda g: apply_gate(psi_before, g, n), gate)
-        (gate_bar,) = vjp(bra.conj())
-        leaves = jax.tree.leaves(gate_bar)
-    return psi_before, apply_gate(bra, inverse, n), leaves
+    psi, bra = pair
+    if not jax.tree.leaves(gate):
+        return (apply_gate(psi, inverse, n), apply_gate(bra, inverse, n)), []
+    kind, value = operator_form(gate)
+    if n >= _LOOP_MIN_WIRES and kind in ("matrix", "diagonal"):
+        apply = apply_matrix if kind == "matrix" else apply_diagonal
+        _, correlate = jax.vjp(lambda u: apply(psi, u, gate.wires, n), value)
+        (c,) = correlate(bra.conj())
+        if kind == "matrix":  # c @ conj(U), as a broadcast sum: XLA fuses it, where a tiny dot is a call
+            u_bar = jnp.sum(c[:, :, None] * value.conj()[None, :, :], axis=1)
+        else:
+            u_bar = c * value.conj()
+        _, form_vjp = jax.vjp(lambda g: operator_form(g)[1], gate)
+        (gate_bar,) = form_vjp(u_bar)
+        return (apply_gate(psi, inverse, n), apply_gate(bra, inverse, n)), jax.tree.leaves(gate_bar)
+    # Read twice (returned, and by the parameter cotangent): without the barrier XLA fuses the un-apply
+    # into both readers and computes it twice, one more pass over the state per gate. Measured (HEA
+    # L = 10, adjoint value_and_grad, same script): n = 20 1792-1826 -> 1522-1525 ms, n = 12 3.5-3.6 ->
+    # 2.6-2.9 ms, n = 16 unchanged within noise.
+    psi_before = jax.lax.optimization_barrier(apply_gate(psi, inverse, n))
+    _, gate_vjp = jax.vjp(lambda g: apply_gate(psi_before, g, n), gate)
+    (gate_bar,) = gate_vjp(bra.conj())
+    return (psi_before, apply_gate(bra, inverse, n)), jax.tree.leaves(gate_bar)
 
 
 def _real_view(leaves: list[Array], dtype) -> Array:
@@ -51,20 +75,20 @@ def _from_real_view(v: Array, like: list[Array]) -> list[Array]:
     return [from_real_coordinates(v[a : a + s], x) for a, s, x in zip(starts, sizes, like, strict=True)]
 
 
-def _gates_backward(gates, psi: Array, bra: Array, n: int) -> tuple[list[list[Array]], Array, Array]:
+def _gates_backward(gates, pair: Pair, n: int) -> tuple[list[list[Array]], Pair]:
     """A run of gates backwards, fused as in the forward pass (`qfx/_fusion.py`).
 
     The walk un-applies the fused blocks and takes the cotangents of their matrices; one `jax.vjp` of the
     fusion itself then carries those back to the parameters of the original gates.
     """
     fused, unfuse = jax.vjp(lambda gs: fuse(gs, n), list(gates))
-    leaves, psi, bra = _blocks_backward(fused, psi, bra, n)
+    leaves, pair = _blocks_backward(fused, pair, n)
     bars = [jax.tree.unflatten(jax.tree.structure(op), ls) for op, ls in zip(fused, leaves, strict=True)]
     (gate_bars,) = unfuse(bars)
-    return [jax.tree.leaves(b) for b in gate_bars], psi, bra
+    return [jax.tree.leaves(b) for b in gate_bars], pair
 
 
-def _blocks_backward(gates, psi: Array, bra: Array, n: int) -> tuple[list[list[Array]], Array, Array]:
+def _blocks_backward(gates, pair: Pair, n: int) -> tuple[list[list[Array]], Pair]:
     """A run of gates backwards, one gate per step of a `lax.scan` that `lax.switch`es on the gate.
 
     Unrolled in one program, XLA CPU fuses runs of elementwise gates (diagonal ones) into every consumer,
@@ -76,42 +100,42 @@ def _blocks_backward(gates, psi: Array, bra: Array, n: int) -> tuple[list[list[A
     if len(gates) == 1 or n < _LOOP_MIN_WIRES:
         out = []
         for gate in reversed(gates):
-            psi, bra, leaves = _gate_step(gate, psi, bra, n)
+            pair, leaves = _gate_step(gate, pair, n)
             out.append(leaves)
-        return out[::-1], psi, bra
+        return out[::-1], pair
     like = [jax.tree.leaves(g) for g in gates]
     reals = [x.real.dtype if jnp.iscomplexobj(x) else x.dtype for ls in like for x in ls]
-    dtype = max(reals, key=lambda d: d.itemsize) if reals else psi.real.dtype
+    dtype = max(reals, key=lambda d: d.itemsize) if reals else pair[0].real.dtype
     width = max(_real_view(ls, dtype).shape[0] for ls in like)
 
     def branch(gate):
-        def step(psi, bra):
-            psi, bra, leaves = _gate_step(gate, psi, bra, n)
+        def step(pair):
+            pair, leaves = _gate_step(gate, pair, n)
             packed = _real_view(leaves, dtype)
-            return psi, bra, jnp.pad(packed, (0, width - packed.shape[0]))
+            return pair, jnp.pad(packed, (0, width - packed.shape[0]))
 
         return step
 
     branches = [branch(g) for g in reversed(gates)]
 
-    def body(carry, k):
-        psi, bra, packed = jax.lax.switch(k, branches, *carry)
-        return (psi, bra), packed
+    def body(pair, k):
+        return jax.lax.switch(k, branches, pair)
 
-    (psi, bra), packed = jax.lax.scan(body, (psi, bra), jnp.arange(len(gates)))
+    pair, packed = jax.lax.scan(body, pair, jnp.arange(len(gates)))
     count = len(gates)
     leaves = [_from_real_view(packed[count - 1 - i], like[i]) for i in range(count)]
-    return leaves, psi, bra
+    return leaves, pair
 
 
-def _backward(ops, psi: Array, bra: Array, n: int) -> tuple[list[Array], Array, Array]:
-    """Walks `ops` backwards from `psi`, the state after them, and `bra`, the conjugate of its cotangent.
+def _backward(ops, pair: Pair, n: int) -> tuple[list[Array], Pair]:
+    """Walks `ops` backwards from `pair`: the state after them and the bra there (the conjugate of the
+    state's cotangent).
 
     Runs of gates go through `_gates_backward`; `Repeat` blocks are walked by a reverse `lax.scan` over
     their layers. Only a few state vectors are live at a time, whatever the depth.
 
-    **Returns:** the cotangent leaves of `ops` (in the order of `jax.tree.leaves(ops)`), and the state and
-    the bra before `ops`.
+    **Returns:** the cotangent leaves of `ops` (in the order of `jax.tree.leaves(ops)`), and the pair
+    before `ops`.
     """
     cotangents: list = [None] * len(ops)
     stop = len(ops)
@@ -119,21 +143,19 @@ def _backward(ops, psi: Array, bra: Array, n: int) -> tuple[list[Array], Array, 
         op = ops[stop - 1]
         if isinstance(op, Repeat):
 
-            def layer(carry, body):
-                leaves, psi_, bra_ = _backward(body.ops, *carry, n)
-                return (psi_, bra_), leaves
+            def layer(pair, body):
+                leaves, pair = _backward(body.ops, pair, n)
+                return pair, leaves
 
-            (psi, bra), cotangents[stop - 1] = jax.lax.scan(
-                layer, (psi, bra), op.body, length=op.length, reverse=True
-            )
+            pair, cotangents[stop - 1] = jax.lax.scan(layer, pair, op.body, length=op.length, reverse=True)
             stop -= 1
             continue
         start = stop
         while start > 0 and not isinstance(ops[start - 1], Repeat):
             start -= 1
-        cotangents[start:stop], psi, bra = _gates_backward(ops[start:stop], psi, bra, n)
+        cotangents[start:stop], pair = _gates_backward(ops[start:stop], pair, n)
         stop = start
-    return [leaf for leaves in cotangents for leaf in leaves], psi, bra
+    return [leaf for leaves in cotangents for leaf in leaves], pair
 
 
 _FORWARD_MODE_MESSAGE = (
@@ -192,7 +214,7 @@ class Adjoint(AbstractDiffMethod):
             params, psi, args_diff, args_arrays = residuals
             _, measure_vjp = jax.vjp(lambda s, a: measure_diff(s, a, args_arrays), psi, args_diff)
             psi_bar, args_bar = measure_vjp(ct)
-            leaves, _, bra0 = _backward(eqx.combine(params, params_static).ops, psi, psi_bar.conj(), n)
+            leaves, (_, bra0) = _backward(eqx.combine(params, params_static).ops, (psi, psi_bar.conj()), n)
             params_bar = jax.tree.unflatten(jax.tree.structure(params), leaves)
             return params_bar, bra0.conj(), args_bar, None
 
