@@ -96,6 +96,12 @@ def _blocks_backward(gates, pair: Pair, n: int) -> tuple[list[list[Array]], Pair
     per gate is alive at once. One gate per loop step keeps a few states alive and computes each once.
     Small states are the other way round: memory is no concern, and a loop step costs more than the gate,
     so below `_LOOP_MIN_WIRES` the gates are unrolled.
+
+    The loop runs two gates per iteration. A `lax.switch` writes its states to new buffers (a gate cannot
+    be un-applied in place), and with one gate per iteration XLA then copied both into the loop's carried
+    buffers, two more passes per gate; the second of two steps writes into the carried buffers, which the
+    first has read. Measured (HEA, adjoint value_and_grad, same script): n = 20, L = 6: 488-501 -> 352-378
+    ms; n = 16, L = 10: 42-43 -> 28-30 ms. Four per iteration: no faster, longer to compile.
     """
     if len(gates) == 1 or n < _LOOP_MIN_WIRES:
         out = []
@@ -121,7 +127,7 @@ def _blocks_backward(gates, pair: Pair, n: int) -> tuple[list[list[Array]], Pair
     def body(pair, k):
         return jax.lax.switch(k, branches, pair)
 
-    pair, packed = jax.lax.scan(body, pair, jnp.arange(len(gates)))
+    pair, packed = jax.lax.scan(body, pair, jnp.arange(len(gates)), unroll=2)
     count = len(gates)
     leaves = [_from_real_view(packed[count - 1 - i], like[i]) for i in range(count)]
     return leaves, pair
