@@ -401,12 +401,17 @@ def fuse_runs(ops, n: int) -> list:
 # --- staircases ----------------------------------------------------------------------------------
 
 # A run of at least this many like gates on consecutive wires is applied by one `lax.scan`, on states of
-# at most this many wires. Measured on a 2-core CPU (HEA, L=10, value_and_grad, unrolled vs staircases):
-# first call n = 8: 3.8 -> 1.9 s, n = 12: 5.0 -> 2.3 s; the steady state pays for it (n = 8: 0.8 -> 1.1
-# ms, n = 12: 5.9 -> 9.8 ms), and above 12 wires the rotating write costs more than in-place slices
-# (n = 16: backward up to 1.8x slower), which a long training loop pays at every step. Below 8 wires the
-# loop's per-step overhead costs more than compiling the few unrolled gates.
+# STAIRCASE_MIN_WIRES to STAIRCASE_MAX_WIRES wires: there it cuts the first call (compilation) below 2 s at
+# the price of a slower steady state. Measured on a 2-core CPU (HEA, L = 10, value_and_grad, unrolled vs
+# staircases): first call n = 12: 5.0 -> 2.3 s, steady 5.9 -> 9.8 ms; above 12 wires the rotating write
+# costs more than in-place slices (n = 16: backward up to 1.8x slower), which a long training loop pays
+# at every step. Below 10 wires, since CNOT ladders became gathers (8+ wires), a layer compiles unrolled
+# in under 2 s, and a scanned staircase's backward keeps every step's input, which batched gradients pay
+# most. Measured (same script, staircases vs unrolled, first call / steady): n = 8 1.20-1.39 s / 0.48-0.53
+# ms vs 1.43-1.67 s / 0.42-0.51 ms; n = 9 1.22-1.56 s / 0.68 ms vs 1.49-1.69 s / 0.57 ms; n = 10 1.10-1.61
+# s / 1.25-1.36 ms vs 1.88-2.12 s / 0.75-1.01 ms; 1024 vmapped HEA(8, 4) value_and_grad: 76-96 vs 49-51 ms.
 STAIRCASE_MIN_LENGTH = 7
+STAIRCASE_MIN_WIRES = 10
 STAIRCASE_MAX_WIRES = 12
 # Steps per loop iteration. A step writes a new buffer (its rotated output cannot overwrite its input),
 # and a one-step body must then copy it back into the loop's carried buffer: a second pass. With two
@@ -451,7 +456,7 @@ def staircases(ops: list, n: int) -> list:
     """`ops` with each maximal staircase of at least `STAIRCASE_MIN_LENGTH` gates grouped (see `Staircase`).
 
     A static, trace-time transformation: the gates stay in order and nothing moves past anything."""
-    if n > STAIRCASE_MAX_WIRES:
+    if not STAIRCASE_MIN_WIRES <= n <= STAIRCASE_MAX_WIRES:
         return list(ops)
     out, i = [], 0
     while i < len(ops):

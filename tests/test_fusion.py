@@ -110,6 +110,7 @@ def test_gradients_through_fusion_match_finite_differences(method, policy):
 def stairs(monkeypatch):
     """Staircases of any length >= 2, at any size, so that small test circuits exercise them."""
     monkeypatch.setattr(K, "STAIRCASE_MIN_LENGTH", 2)
+    monkeypatch.setattr(K, "STAIRCASE_MIN_WIRES", 1)
     monkeypatch.setattr(K, "STAIRCASE_MAX_WIRES", 64)
 
 

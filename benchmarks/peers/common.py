@@ -6,7 +6,9 @@ for worker_qfx.py, benchmarks/peers/.venv for the peers).
 A worker is run as `python worker_LIB.py '<json>'` with keys
     workload   "vg" (value_and_grad of one parameter set), "batch_fwd" or "batch_vg" (a batch of them)
     n, L       HEA size; batch: batch size (batch workloads only)
-    repeats    steady-state calls for the median (0: first call only, as in the agreement check)
+    repeats    at least this many steady-state calls for the median (0: first call only, as in the
+               agreement check); calls shorter than a few ms are sampled for `STEADY_SECONDS`, up to
+               `MAX_CALLS` of them (see `run_worker`)
     cap        seconds this config may take in all (the harness kills the process at the cap; the worker
                stops taking steady-state samples before it)
     full       report the whole gradient (the agreement check) rather than a digest
@@ -26,6 +28,12 @@ import numpy as np
 
 SEED = 0
 BATCH_SEED = 1
+# Steady-state sampling: at least `repeats` calls, and more while the calls so far add up to less than
+# STEADY_SECONDS (at most MAX_CALLS). The first few calls after a compilation run slower than the steady
+# state of a training loop (caches, allocator, branch predictors still cold), which a median of 7 sub-ms
+# calls does not outvote; every library is sampled the same way.
+STEADY_SECONDS = 1.0
+MAX_CALLS = 1000
 
 
 def theta(n: int, L: int, seed: int = SEED) -> np.ndarray:
@@ -104,7 +112,7 @@ def run_worker(build, library: str, method: str, versions: dict, notes: str = ""
         # If the steady-state calls run past the cap, the harness still has the first call.
         print("PARTIAL " + json.dumps(result), flush=True)
         times = []
-        while len(times) < repeats:
+        while len(times) < repeats or (repeats and sum(times) < STEADY_SECONDS and len(times) < MAX_CALLS):
             t0 = time.perf_counter()
             sync(fn(arg))
             times.append(time.perf_counter() - t0)

@@ -296,7 +296,10 @@ def main():
         "--time-cap", type=float, default=None, help="seconds per config (default 300; 60 with --quick)"
     )
     parser.add_argument(
-        "--repeats", type=int, default=7, help="steady-state calls per median (fewer for calls > 1 s)"
+        "--repeats",
+        type=int,
+        default=7,
+        help="at least this many steady-state calls per median (more for short calls, fewer above 1 s)",
     )
     parser.add_argument("--widths", default=None, help="n for the width workload (default 4,8,12,16,20)")
     parser.add_argument("--depths", default=None, help="L for the depth workload at n = 8 (default 10,200)")
@@ -469,7 +472,8 @@ def main():
         f"versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())) + "\n\n"
         f"Each config in a fresh process, no persistent compilation cache; cells are first call "
         f"(build + trace + compile + one run, imports excluded) / median steady-state call "
-        f"(up to {args.repeats} calls, fewer above 1 s). Cap {cap:.0f} s per config: "
+        f"(at least {args.repeats} calls, more while they add up to < 1 s, fewer above 1 s each). "
+        f"Cap {cap:.0f} s per config: "
         f"`>{cap:.0f} s` ran out of time; `-` not run (not selected, or a smaller config of the same "
         f"library hit the cap). "
         f"Ratio = best peer time / qfx time (> 1: qfx faster). `(!)` disagrees with qfx beyond {TOL:g}.\n"
