@@ -130,8 +130,8 @@ def test_every_gate(x64, n, loop, monkeypatch):
     The QubitUnitary entries stay fixed (parameter-shift has no rule for them). On 3 wires fusion absorbs
     the two-qubit gates into dense blocks; on 6 they stay as they are, so the adjoint's step meets every
     form of gate: dense matrices, diagonals and the others (controlled, wide Pauli rotations). With
-    `loop`, the adjoint walks as it does on large states: one gate per loop step, and the cotangents of
-    matrices and diagonals taken from the states after the gate."""
+    `loop`, the adjoint walks as it does on large states: as a loop over the gates, with the cotangents of
+    matrices and diagonals taken from the states after each gate."""
     if loop:
         monkeypatch.setattr(_adjoint, "_LOOP_MIN_WIRES", 1)
     forms = set()
