@@ -516,7 +516,9 @@ def main():
     )
     with open(path, "w") as f:
         json.dump(dict(meta=meta, results=h.log, tables="\n".join(out)), f, indent=1)
-    print(f"raw results: {path}")
+    with open(os.path.splitext(path)[0] + ".md", "w") as f:  # the printed tables, for reading and diffs
+        f.write("\n".join(out) + "\n")
+    print(f"raw results: {path} (tables: .md beside it)")
 
 
 if __name__ == "__main__":
