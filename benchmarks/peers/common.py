@@ -111,11 +111,12 @@ def run_worker(build, library: str, method: str, versions: dict, notes: str = ""
         result.update(_digest(values, grads, bool(job.get("full", False))))
         # If the steady-state calls run past the cap, the harness still has the first call.
         print("PARTIAL " + json.dumps(result), flush=True)
-        times = []
-        while len(times) < repeats or (repeats and sum(times) < STEADY_SECONDS and len(times) < MAX_CALLS):
+        times, spent = [], 0.0
+        while len(times) < repeats or (repeats and spent < STEADY_SECONDS and len(times) < MAX_CALLS):
             t0 = time.perf_counter()
             sync(fn(arg))
             times.append(time.perf_counter() - t0)
+            spent += times[-1]
             elapsed = time.perf_counter() - start
             # Few samples for slow calls; stop well before the harness's cap.
             if times[-1] > 1.0 and len(times) >= 3:

@@ -19,7 +19,7 @@ _LOOP_MIN_WIRES = 16
 Pair = tuple[Array, Array]
 
 
-def _gate_step(gate, pair: Pair, n: int) -> tuple[Pair, list[Array]]:
+def _gate_step(gate, pair: Pair, n: int, looped: bool) -> tuple[Pair, list[Array]]:
     """One gate backwards: `pair` before it, and the gate's parameter cotangents.
 
     `pair` is the state after the gate and the bra there. Both move back past the gate by the same
@@ -28,8 +28,8 @@ def _gate_step(gate, pair: Pair, n: int) -> tuple[Pair, list[Array]]:
 
     The parameter cotangents are `jax.vjp` of the gate's application with respect to the gate, at the
     state before it: `U_bar[i, j] = sum conj(bra[i]) psi_before[j]` over the other wires for a matrix `U`.
-    On large states, where the walk is a loop (see `_blocks_backward`), gates applied as a dense matrix
-    or a diagonal take it from the states after the gate instead: since `psi_before = U^dagger psi`,
+    In a `looped` walk (large states, see `_blocks_backward`), gates applied as a dense matrix or a
+    diagonal take it from the states after the gate instead: since `psi_before = U^dagger psi`,
     `U_bar = C conj(U)` with `C[i, k] = sum conj(bra[i]) psi[k]` (for a diagonal, `d_bar = conj(d) C`), and
     `jax.vjp` of `matrix()` (or `diagonal()`) carries `U_bar` to the gate's leaves. The reduction then
     reads the loop's carried states rather than a freshly un-applied one. Measured (HEA, L = 6, adjoint
@@ -39,10 +39,11 @@ def _gate_step(gate, pair: Pair, n: int) -> tuple[Pair, list[Array]]:
     """
     inverse = gate.adjoint()
     psi, bra = pair
+    bra_before = apply_gate(bra, inverse, n)
     if not jax.tree.leaves(gate):
-        return (apply_gate(psi, inverse, n), apply_gate(bra, inverse, n)), []
+        return (apply_gate(psi, inverse, n), bra_before), []
     kind, value = operator_form(gate)
-    if n >= _LOOP_MIN_WIRES and kind in ("matrix", "diagonal"):
+    if looped and kind in ("matrix", "diagonal"):
         apply = apply_matrix if kind == "matrix" else apply_diagonal
         _, correlate = jax.vjp(lambda u: apply(psi, u, gate.wires, n), value)
         (c,) = correlate(bra.conj())
@@ -52,7 +53,7 @@ def _gate_step(gate, pair: Pair, n: int) -> tuple[Pair, list[Array]]:
             u_bar = c * value.conj()
         _, form_vjp = jax.vjp(lambda g: operator_form(g)[1], gate)
         (gate_bar,) = form_vjp(u_bar)
-        return (apply_gate(psi, inverse, n), apply_gate(bra, inverse, n)), jax.tree.leaves(gate_bar)
+        return (apply_gate(psi, inverse, n), bra_before), jax.tree.leaves(gate_bar)
     # Read twice (returned, and by the parameter cotangent): without the barrier XLA fuses the un-apply
     # into both readers and computes it twice, one more pass over the state per gate. Measured (HEA
     # L = 10, adjoint value_and_grad, same script): n = 20 1792-1826 -> 1522-1525 ms, n = 12 3.5-3.6 ->
@@ -60,7 +61,7 @@ def _gate_step(gate, pair: Pair, n: int) -> tuple[Pair, list[Array]]:
     psi_before = jax.lax.optimization_barrier(apply_gate(psi, inverse, n))
     _, gate_vjp = jax.vjp(lambda g: apply_gate(psi_before, g, n), gate)
     (gate_bar,) = gate_vjp(bra.conj())
-    return (psi_before, apply_gate(bra, inverse, n)), jax.tree.leaves(gate_bar)
+    return (psi_before, bra_before), jax.tree.leaves(gate_bar)
 
 
 def _real_view(leaves: list[Array], dtype) -> Array:
@@ -106,7 +107,7 @@ def _blocks_backward(gates, pair: Pair, n: int) -> tuple[list[list[Array]], Pair
     if len(gates) == 1 or n < _LOOP_MIN_WIRES:
         out = []
         for gate in reversed(gates):
-            pair, leaves = _gate_step(gate, pair, n)
+            pair, leaves = _gate_step(gate, pair, n, looped=False)
             out.append(leaves)
         return out[::-1], pair
     like = [jax.tree.leaves(g) for g in gates]
@@ -116,7 +117,7 @@ def _blocks_backward(gates, pair: Pair, n: int) -> tuple[list[list[Array]], Pair
 
     def branch(gate):
         def step(pair):
-            pair, leaves = _gate_step(gate, pair, n)
+            pair, leaves = _gate_step(gate, pair, n, looped=True)
             packed = _real_view(leaves, dtype)
             return pair, jnp.pad(packed, (0, width - packed.shape[0]))
 
