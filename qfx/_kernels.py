@@ -64,9 +64,17 @@ def check_fits(num_wires: int) -> None:
 
 
 def zero_state(num_wires: int) -> Array:
-    """|0...0> as a flat vector of the default complex dtype."""
+    """|0...0> as a flat vector of the default complex dtype.
+
+    Built from iotas, not `zeros().at[0].set(1)`: XLA folds that scatter of constants into a literal of
+    2**n amplitudes, embedded in the executable (8 MiB at n = 20, and ~70 ms more compile time there),
+    whereas an iota comparison is computed by whichever kernel reads the state first. Two iota axes keep
+    the indices within int32 for any n.
+    """
     check_fits(num_wires)
-    return jnp.zeros(2**num_wires, complex_dtype()).at[0].set(1)
+    shape = (2 ** (num_wires // 2), 2 ** (num_wires - num_wires // 2))
+    rows, cols = (jax.lax.broadcasted_iota(jnp.int32, shape, axis) for axis in (0, 1))
+    return ((rows == 0) & (cols == 0)).astype(complex_dtype()).reshape(-1)
 
 
 # --- layouts ------------------------------------------------------------------------------------

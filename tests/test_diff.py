@@ -230,6 +230,31 @@ def test_adjoint_reverse_over_reverse(x64, loop, monkeypatch):
             assert tree_allclose(got, expected, rtol=1e-9, atol=1e-9), make.__name__
 
 
+@pytest.mark.parametrize("count", [2, 3, 4, 5])
+def test_adjoint_loop_gate_counts(x64, count, monkeypatch):
+    """The looped walk takes two gates per loop step; an odd count is padded with a step that does
+    nothing. Runs of 2 to 5 gates (one rotation per wire, which fusion leaves apart), at top level and in
+    scanned layers, give backprop's gradient."""
+    monkeypatch.setattr(_adjoint, "_LOOP_MIN_WIRES", 1)
+    n = 6
+    rng = np.random.default_rng(count)
+    head = jnp.asarray(rng.uniform(-np.pi, np.pi, count))
+    layers = jnp.asarray(rng.uniform(-np.pi, np.pi, (3, count)))
+
+    def circuit(head, layers):
+        ops = [op for w in range(count) for op in (qfx.H(w), qfx.RY(head[w], w))]
+        block = qfx.repeat(lambda t: [qfx.RX(t[w], w) for w in range(count)], layers, num_wires=n)
+        return qfx.Circuit(ops + [block], n)
+
+    obs = qfx.Z(0) @ qfx.Z(count - 1) + 0.4 * qfx.Y(1)
+
+    def grad(diff):
+        f = lambda h, t: qfx.expval(circuit(h, t), obs, diff=diff)  # noqa: E731
+        return jax.jit(jax.grad(f, argnums=(0, 1)))(head, layers)
+
+    assert tree_allclose(grad(qfx.diff.Adjoint()), grad(qfx.diff.Backprop()), rtol=1e-10, atol=1e-10)
+
+
 # --- transformations ------------------------------------------------------------------------------
 
 

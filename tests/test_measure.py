@@ -91,6 +91,18 @@ def test_eager_single_observable_matches_reference():
     np.testing.assert_allclose(np.asarray(qfx.state(circ)), ref.final_state(circ), atol=1e-5)
 
 
+def test_zero_state_is_not_a_compiled_constant():
+    """|0...0> is computed in the compiled program, not embedded in it as a literal of 2**n amplitudes
+    (which XLA makes of `zeros().at[0].set(1)`: more compile time and a larger executable)."""
+    n = 12
+    layers = qfx.repeat(lambda t: [qfx.RY(t, 0), qfx.CNOT((1, n - 1))], jnp.asarray([0.1, 0.2]), num_wires=n)
+    circ = qfx.Circuit([layers], n)  # the state enters the layers' loop first
+    expval = jax.jit(lambda c: qfx.expval(c, qfx.Z(0)))
+    assert f"[{2**n}]{{0}} constant(" not in expval.lower(circ).compile().as_text()
+    np.testing.assert_allclose(float(expval(circ)), np.cos(0.3), atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(qfx.zero_state(3)), np.eye(8)[0])
+
+
 def test_initial_state_matches_reference(precision):
     rng = np.random.default_rng(2)
     circ = random_circuit(rng, 3, 8)
