@@ -24,11 +24,10 @@ import statistics
 import time
 
 import jax
+from machine import cpu_name  # benchmarks/machine.py
 import numpy as np
 
 import qfx
-
-from machine import cpu_name  # benchmarks/machine.py
 
 
 def hea(theta: np.ndarray) -> qfx.Circuit:

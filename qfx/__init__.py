@@ -2,18 +2,18 @@
 
 from . import diff as diff
 from ._autograph import autograph as autograph
-from ._circuit import Circuit as Circuit, draw as draw, Repeat as Repeat, repeat as repeat
+from ._circuit import Circuit as Circuit, Repeat as Repeat, draw as draw, repeat as repeat
 from ._control import (
-    cond as cond,
     Cond as Cond,
-    for_loop as for_loop,
     ForLoop as ForLoop,
-    measure as measure,
     MeasurementValue as MeasurementValue,
     MidMeasure as MidMeasure,
+    WhileLoop as WhileLoop,
+    cond as cond,
+    for_loop as for_loop,
+    measure as measure,
     switch as switch,
     while_loop as while_loop,
-    WhileLoop as WhileLoop,
 )
 from ._control_run import (
     apply as apply,
@@ -22,19 +22,28 @@ from ._control_run import (
     zero_state as zero_state,
 )
 from ._gates import (
-    AbstractGate as AbstractGate,
-    AbstractOperation as AbstractOperation,
-    Adjoint as Adjoint,
     CNOT as CNOT,
-    Controlled as Controlled,
-    ControlledPhaseShift as ControlledPhaseShift,
-    CRot as CRot,
     CRX as CRX,
     CRY as CRY,
     CRZ as CRZ,
     CSWAP as CSWAP,
     CY as CY,
     CZ as CZ,
+    ISWAP as ISWAP,
+    RX as RX,
+    RY as RY,
+    RZ as RZ,
+    SWAP as SWAP,
+    SX as SX,
+    U1 as U1,
+    U2 as U2,
+    U3 as U3,
+    AbstractGate as AbstractGate,
+    AbstractOperation as AbstractOperation,
+    Adjoint as Adjoint,
+    Controlled as Controlled,
+    ControlledPhaseShift as ControlledPhaseShift,
+    CRot as CRot,
     H as H,
     Hadamard as Hadamard,
     I as I,  # noqa: E741
@@ -43,7 +52,6 @@ from ._gates import (
     IsingXY as IsingXY,
     IsingYY as IsingYY,
     IsingZZ as IsingZZ,
-    ISWAP as ISWAP,
     MultiControlledX as MultiControlledX,
     MultiRZ as MultiRZ,
     PauliRot as PauliRot,
@@ -53,17 +61,9 @@ from ._gates import (
     PhaseShift as PhaseShift,
     QubitUnitary as QubitUnitary,
     Rot as Rot,
-    RX as RX,
-    RY as RY,
-    RZ as RZ,
     S as S,
-    SWAP as SWAP,
-    SX as SX,
     T as T,
     Toffoli as Toffoli,
-    U1 as U1,
-    U2 as U2,
-    U3 as U3,
     X as X,
     Y as Y,
     Z as Z,
@@ -83,6 +83,6 @@ from ._observables import (
     PauliWord as PauliWord,
 )
 from ._straight_through import straight_through_argmax as straight_through_argmax
-from ._tensornet import amplitude as amplitude, TensorNetwork as TensorNetwork
+from ._tensornet import TensorNetwork as TensorNetwork, amplitude as amplitude
 
 __version__ = "0.1.0"

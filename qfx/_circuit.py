@@ -136,7 +136,9 @@ class Repeat(AbstractOperation):
                 raise ValueError(f"Repeat: length={length}, but the body's leaves stack {found} layers.")
             length = found
         if length is None or not isinstance(length, (int, np.integer)) or length < 0:
-            raise ValueError(f"Repeat: pass length= (a non-negative int) for a body with no parameters, got {length!r}.")
+            raise ValueError(
+                f"Repeat: pass length= (a non-negative int) for a body with no parameters, got {length!r}."
+            )
         self.body = body
         self.length = int(length)
 
@@ -166,7 +168,9 @@ class Repeat(AbstractOperation):
         return f"Repeat(length={self.length}, body={self.body!r})"
 
 
-def repeat(layer_fn: Callable[..., Circuit | Iterable[AbstractOperation]], *stacked, num_wires=None) -> Repeat:
+def repeat(
+    layer_fn: Callable[..., Circuit | Iterable[AbstractOperation]], *stacked, num_wires=None
+) -> Repeat:
     """Builds a `Repeat` block by mapping `layer_fn` over the leading axis of `stacked` arguments.
 
     **Arguments:**
@@ -191,7 +195,9 @@ def draw(circuit: Circuit, *, decimals: int = 2) -> str:
     rows = [[f"{w}: "] for w in range(n)]
 
     def label(op: AbstractGate) -> str:
-        params = [f"{float(p):.{decimals}f}" if is_concrete(p) and p.ndim == 0 else "·" for p in op.parameters]
+        params = [
+            f"{float(p):.{decimals}f}" if is_concrete(p) and p.ndim == 0 else "·" for p in op.parameters
+        ]
         return op.name + (f"({','.join(params)})" if params and len(params) <= 3 else "")
 
     def pad():
@@ -219,7 +225,7 @@ def draw(circuit: Circuit, *, decimals: int = 2) -> str:
         control = op.control() if isinstance(op, AbstractGate) else None
         if control is not None:
             controls, values, target = control
-            text = {w: ("●" if v else "○") for w, v in zip(controls, values)}
+            text = {w: ("●" if v else "○") for w, v in zip(controls, values, strict=True)}
             text.update({w: label(target) for w in target.wires})
         elif op.name in ("CNOT", "Toffoli"):
             text = {w: "●" for w in wires[:-1]} | {wires[-1]: "X"}

@@ -366,7 +366,8 @@ def measure(wire: int, reset: bool = False, postselect: int | None = None) -> Mi
     if postselect not in (None, 0, 1):
         raise ValueError(f"qfx.measure: postselect must be None, 0 or 1, got {postselect!r}.")
     token = _Token()
-    return MidMeasure(int(wire), bool(reset), None if postselect is None else int(postselect), token, _Link(token))
+    postselect = None if postselect is None else int(postselect)
+    return MidMeasure(int(wire), bool(reset), postselect, token, _Link(token))
 
 
 def _as_circuit(ops, what: str) -> Circuit:

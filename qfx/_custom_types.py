@@ -4,8 +4,8 @@ from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, Float
+import numpy as np
 
 # A flat state vector of 2**n amplitudes.
 State = Complex[Array, " dim"]

@@ -16,8 +16,8 @@ from typing import ClassVar
 
 import equinox as eqx
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, ArrayLike
+import numpy as np
 
 from ._custom_types import check_wires, complex_dtype, is_concrete, real_dtype
 from ._observables import AbstractObservable, pauli_word_matrix
@@ -772,9 +772,7 @@ class MultiControlledX(AbstractGate):
         self._wires = check_wires("MultiControlledX", wires, None)
         if len(self._wires) < 2:
             raise ValueError(f"MultiControlledX(wires={self._wires}): needs a control and a target.")
-        self.control_values = _check_control_values(
-            "MultiControlledX", control_values, len(self._wires) - 1
-        )
+        self.control_values = _check_control_values("MultiControlledX", control_values, len(self._wires) - 1)
 
     @property
     def wires(self):
@@ -792,9 +790,7 @@ def _check_control_values(name, values, num_controls) -> tuple[int, ...]:
         return (1,) * num_controls
     values = (values,) if isinstance(values, (int, bool)) else tuple(values)
     if len(values) != num_controls or any(v not in (0, 1) for v in values):
-        raise ValueError(
-            f"{name}: control_values must be {num_controls} values in {{0, 1}}, got {values!r}."
-        )
+        raise ValueError(f"{name}: control_values must be {num_controls} values in {{0, 1}}, got {values!r}.")
     return tuple(int(v) for v in values)
 
 
@@ -857,7 +853,8 @@ class Adjoint(AbstractGate):
         inv = [0] * len(perm)
         for i, j in enumerate(perm):
             inv[j] = i
-        # U = P D in the sense out[i] = ph[i] in[perm[i]]; the inverse maps out[j] = conj(ph[inv[j]]) in[inv[j]].
+        # U = P D in the sense out[i] = ph[i] in[perm[i]]; the inverse maps
+        # out[j] = conj(ph[inv[j]]) in[inv[j]].
         return tuple(inv), None if phases is None else phases.conj()[jnp.asarray(inv)]
 
     def control(self):

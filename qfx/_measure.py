@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, ArrayLike, PRNGKeyArray
+import numpy as np
 
 from . import _kernels as K
 from ._circuit import Circuit
@@ -38,12 +38,16 @@ _BACKPROP = Backprop()
 
 def _check_circuit(circuit, fn: str) -> None:
     if not isinstance(circuit, Circuit):
-        raise TypeError(f"qfx.{fn}: expected a qfx.Circuit as the first argument, got {type(circuit).__name__}.")
+        raise TypeError(
+            f"qfx.{fn}: expected a qfx.Circuit as the first argument, got {type(circuit).__name__}."
+        )
 
 
 def _check_diff(diff, fn: str) -> None:
     if not isinstance(diff, AbstractDiffMethod):
-        raise TypeError(f"qfx.{fn}: diff must be a qfx.diff method such as qfx.diff.Backprop(), got {diff!r}.")
+        raise TypeError(
+            f"qfx.{fn}: diff must be a qfx.diff method such as qfx.diff.Backprop(), got {diff!r}."
+        )
 
 
 def _initial_state(circuit: Circuit, initial_state) -> Array:
@@ -53,15 +57,15 @@ def _initial_state(circuit: Circuit, initial_state) -> Array:
     K.check_fits(n)
     psi = jnp.asarray(initial_state)
     if psi.shape != (2**n,):
-        raise ValueError(
-            f"initial_state: expected shape ({2**n},) for {n} wires, got {psi.shape}."
-        )
+        raise ValueError(f"initial_state: expected shape ({2**n},) for {n} wires, got {psi.shape}.")
     psi = psi.astype(complex_dtype())
     norm = jnp.sum(jnp.real(psi * psi.conj()))
     tol = 1e-4 if psi.dtype == jnp.complex64 else 1e-10
     if is_concrete(norm):
         if abs(float(norm) - 1) > tol:
-            raise ValueError(f"initial_state is not normalised: its squared norm is {float(norm):.6g}, expected 1.")
+            raise ValueError(
+                f"initial_state is not normalised: its squared norm is {float(norm):.6g}, expected 1."
+            )
         return psi
     return eqx.error_if(psi, jnp.abs(norm - 1) > tol, "initial_state is not normalised (squared norm != 1).")
 
@@ -81,7 +85,8 @@ def _observables(circuit: Circuit, observables, fn: str) -> tuple[tuple[LinearCo
     obs = (observables,) if single else observables
     if not isinstance(obs, Sequence) or not obs or not all(isinstance(o, AbstractObservable) for o in obs):
         raise TypeError(
-            f"qfx.{fn}: expected an observable (e.g. qfx.Z(0)) or a non-empty list of observables, got {observables!r}."
+            f"qfx.{fn}: expected an observable (e.g. qfx.Z(0)) or a non-empty list of observables, "
+            f"got {observables!r}."
         )
     lcs = tuple(as_linear_combination(o) for o in obs)
     for o in lcs:
@@ -131,7 +136,7 @@ def _expvals(state: Array, lcs: tuple[LinearCombination, ...], n: int) -> Array:
 def _apply_observable(state: Array, lc: LinearCombination, n: int) -> Array:
     """O|psi>."""
     out = jnp.zeros_like(state)
-    for c, t in zip(lc.coeffs, lc.terms):
+    for c, t in zip(lc.coeffs, lc.terms, strict=True):
         if isinstance(t, PauliWord):
             term = K.apply_pauli_word(state, t.word, n)
         else:
@@ -190,7 +195,7 @@ def _estimates(state, lcs, key, shots: int, n: int) -> Array:
     for lc in lcs:
         keys = jax.random.split(key, len(lc.terms) + 1)
         key = keys[0]
-        vals = [_term_estimate(state, t, kt, shots, n) for t, kt in zip(lc.terms, keys[1:])]
+        vals = [_term_estimate(state, t, kt, shots, n) for t, kt in zip(lc.terms, keys[1:], strict=True)]
         # Sampling is marked per term, so the estimate stays differentiable in the coefficients.
         out.append(jnp.dot(lc.coeffs, _sampled(jnp.stack(vals), state)))
     return jnp.stack(out)
@@ -342,7 +347,8 @@ def var(
 
     def moments(psi, obs):  # <O^2> and <O>: both linear in |psi><psi|, so parameter-shift applies
         mean = _expvals(psi, obs, n)
-        sq = jnp.stack([jnp.sum(jnp.abs(_apply_observable(psi, o, n)) ** 2) for o in obs]).astype(real_dtype())
+        sq = jnp.stack([jnp.sum(jnp.abs(_apply_observable(psi, o, n)) ** 2) for o in obs])
+        sq = sq.astype(real_dtype())
         return jnp.stack([sq, mean])
 
     measure = Expectation(moments, post=lambda m, _: m[0] - m[1] ** 2)
@@ -411,4 +417,3 @@ def sample(
     idx = _sample_indices(key, jax.lax.stop_gradient(K.marginal_probs(psi, wires, n)), shots)
     k = len(wires)
     return ((idx[:, None] >> jnp.arange(k - 1, -1, -1)) & 1).astype(jnp.int32)
-

@@ -11,8 +11,8 @@ import numbers
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, ArrayLike
+import numpy as np
 
 from ._custom_types import check_wires, complex_dtype, is_concrete, real_dtype
 
@@ -215,7 +215,8 @@ class LinearCombination(AbstractObservable):
             raise TypeError("LinearCombination: coefficients must be real (observables are Hermitian).")
         if coeffs.shape != (len(terms),):
             raise ValueError(
-                f"LinearCombination: expected {len(terms)} coefficients (one per term), got shape {coeffs.shape}."
+                f"LinearCombination: expected {len(terms)} coefficients (one per term), "
+                f"got shape {coeffs.shape}."
             )
         self.coeffs = coeffs.astype(real_dtype())
         self.terms = terms
@@ -226,7 +227,7 @@ class LinearCombination(AbstractObservable):
 
     def __repr__(self):
         parts = []
-        for c, t in zip(self.coeffs, self.terms):
+        for c, t in zip(self.coeffs, self.terms, strict=True):
             cs = f"{float(c):.4g}" if is_concrete(c) else "c"
             ts = repr(t) if isinstance(t, PauliWord) else f"Hermitian(wires={t.wires})"
             parts.append(f"{cs} * {ts}")
@@ -274,7 +275,8 @@ def _dense(term: "PauliWord | Hermitian") -> Array:
 
 
 def _simplify(coeffs: ArrayLike, terms) -> LinearCombination:
-    """Merges repeated Pauli words by adding their coefficients (in NumPy when concrete, see `_array_module`)."""
+    """Merges repeated Pauli words by adding their coefficients (in NumPy when concrete, see
+    `_array_module`)."""
     index: dict = {}
     groups: list[int] = []
     keep_terms = []

@@ -207,8 +207,9 @@ def _skeleton(ops) -> tuple[tuple[int, ...], ...]:
             out.extend(_skeleton(op.body.ops) * op.length)
         elif not isinstance(op, AbstractGate):
             raise ValueError(
-                f"backend=qfx.TensorNetwork() contracts gates and Repeat blocks only, not {type(op).__name__} "
-                "(control flow or a mid-circuit measurement); use the state vector (backend=None)."
+                "backend=qfx.TensorNetwork() contracts gates and Repeat blocks only, not "
+                f"{type(op).__name__} (control flow or a mid-circuit measurement); use the state vector "
+                "(backend=None)."
             )
         else:
             out.append(op.wires)

@@ -14,7 +14,7 @@ def tree_allclose(x, y, *, rtol=1e-5, atol=1e-6) -> bool:
         return False
     return all(
         np.shape(a) == np.shape(b) and np.allclose(np.asarray(a), np.asarray(b), rtol=rtol, atol=atol)
-        for a, b in zip(xl, yl)
+        for a, b in zip(xl, yl, strict=True)
     )
 
 

@@ -166,7 +166,7 @@ def observable_matrix(obs, n):
         return embed(np.asarray(obs.matrix, dtype=complex), obs.wires, n)
     if name == "LinearCombination":
         return sum(
-            float(c) * observable_matrix(t, n) for c, t in zip(obs.coeffs, obs.terms)
+            float(c) * observable_matrix(t, n) for c, t in zip(obs.coeffs, obs.terms, strict=True)
         ) + np.zeros((2**n, 2**n), dtype=complex)
     raise TypeError(name)
 

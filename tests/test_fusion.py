@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 import qfx
-from qfx import _fusion
-from qfx import _kernels as K
+from qfx import _fusion, _kernels as K
 
 from . import reference as ref
 from .helpers import central_difference, random_circuit, random_state, tree_allclose

@@ -57,9 +57,9 @@ def check_gates_only(ops, method: str) -> None:
             check_gates_only(op.body.ops, method)
         elif not isinstance(op, AbstractGate):
             raise ValueError(
-                f"qfx.diff.{method}() simulates gates and Repeat blocks only, not {type(op).__name__} (control "
-                "flow or a mid-circuit measurement). Use qfx.state / qfx.expval / ... with the default "
-                "diff=qfx.diff.Backprop(), which differentiate through them."
+                f"qfx.diff.{method}() simulates gates and Repeat blocks only, not {type(op).__name__} "
+                "(control flow or a mid-circuit measurement). Use qfx.state / qfx.expval / ... with the "
+                "default diff=qfx.diff.Backprop(), which differentiate through them."
             )
 
 
