@@ -227,8 +227,10 @@ class LinearCombination(AbstractObservable):
 
     def __repr__(self):
         parts = []
-        for c, t in zip(self.coeffs, self.terms, strict=True):
-            cs = f"{float(c):.4g}" if is_concrete(c) else "c"
+        # Coefficients stacked by a vmap (shape (batch, terms)) print as "c", like traced ones.
+        coeffs = self.coeffs if self.coeffs.ndim == 1 else [None] * len(self.terms)
+        for c, t in zip(coeffs, self.terms, strict=True):
+            cs = f"{float(c):.4g}" if c is not None and is_concrete(c) else "c"
             ts = repr(t) if isinstance(t, PauliWord) else f"Hermitian(wires={t.wires})"
             parts.append(f"{cs} * {ts}")
         return " + ".join(parts).replace("+ -", "- ") or "0"

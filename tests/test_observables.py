@@ -142,6 +142,9 @@ def test_repr():
     assert repr(qfx.PauliWord()) == "I"
     assert repr(0.5 * qfx.Z(0) @ qfx.Z(1)) == "0.5 * Z(0) @ Z(1)"
     assert "Hermitian(wires=(1,))" in repr(2.0 * qfx.Hermitian(np.eye(2), wires=1))
+    # A batch of observables (coefficients stacked by a vmap) prints its terms, coefficients as "c".
+    stacked = jax.vmap(lambda c: c * qfx.Z(0) + qfx.X(1))(jnp.arange(3.0))
+    assert stacked.coeffs.shape == (3, 2) and repr(stacked) == "c * Z(0) + c * X(1)"
 
 
 def test_dtypes_follow_x64(x64):
