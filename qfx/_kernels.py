@@ -22,7 +22,7 @@ import numpy as np
 
 from ._circuit import Repeat
 from ._custom_types import complex_dtype, is_concrete, real_dtype
-from ._fusion import Permutation, batchable, fuse
+from ._fusion import PairedGate, Permutation, batchable, fuse, pair_one_qubit
 from ._gates import AbstractGate, PauliRot
 from ._observables import Word
 
@@ -341,6 +341,8 @@ def apply_gate(state: Array, gate: AbstractGate, n: int, wire_map=None) -> Array
             raise NotImplementedError("a fused Permutation is applied to the whole state only")
         return apply_permutation_run(state, gate, n)
     wires = gate.wires if wire_map is None else tuple(wire_map[w] for w in gate.wires)
+    if isinstance(gate, PairedGate):
+        return apply_paired(state, gate.A, gate.B, wires, n)
     kind, value = operator_form(gate)
     if kind == "controlled":
         return _apply_controlled(state, value, n, wire_map)
@@ -354,6 +356,20 @@ def apply_gate(state: Array, gate: AbstractGate, n: int, wire_map=None) -> Array
         rotated = apply_pauli_word(state, word, n)
         return c.astype(state.dtype) * state - 1j * s.astype(state.dtype) * rotated
     return apply_matrix(state, value, wires, n)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4))
+def apply_paired(state: Array, a: Array, b: Array, wires: tuple[int, int], n: int) -> Array:
+    """One-qubit gates `a` on `wires[0]` and `b` on `wires[1]`, in one pass (see `_fusion.PairedGate`)."""
+    return apply_matrix(state, jnp.kron(a, b), wires, n)
+
+
+@apply_paired.defjvp
+def _apply_paired_jvp(wires, n, primals, tangents):
+    def two_passes(state, a, b):
+        return apply_matrix(apply_matrix(state, a, wires[:1], n), b, wires[1:], n)
+
+    return jax.jvp(two_passes, primals, tangents)
 
 
 def operator_form(gate: AbstractGate) -> tuple[str, object]:
@@ -525,10 +541,10 @@ def apply_staircase(state: Array, stair: Staircase, n: int) -> Array:
 def run(ops, state: Array, n: int) -> Array:
     """Applies a sequence of operations to a flat state; `Repeat` blocks run under `lax.scan`.
 
-    Runs of gates are fused first, and staircases of like gates grouped (static, trace-time
-    transformations; see `_fusion.py` and `staircases`).
+    Runs of gates are fused first, on small states dense one-qubit gates paired, and staircases of like
+    gates grouped (static, trace-time transformations; see `_fusion.py` and `staircases`).
     """
-    for op in staircases(fuse_runs(ops, n), n):
+    for op in staircases(pair_one_qubit(fuse_runs(ops, n), n), n):
         if isinstance(op, Repeat):
             # Checkpointed: reverse mode keeps one state per layer and recomputes inside the layer,
             # instead of saving every gate's intermediates for every layer.

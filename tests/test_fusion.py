@@ -287,6 +287,63 @@ def test_permutation_run_gradients_hessian_and_vmap(method, gathers, x64):
     np.testing.assert_allclose(batched, [ref.final_state(circ, s) for s in states], atol=1e-9)
 
 
+# --- paired one-qubit gates (`_fusion.PairedGate`): one pass evaluated, two gates differentiated --------
+
+
+def _one_qubit_layers(theta, n):
+    """Per layer: a dense one-qubit gate on every wire, a diagonal one on wire 1 and a CNOT ladder;
+    `theta` holds 2 n angles per layer."""
+    ops = []
+    for t in theta.reshape(-1, n, 2):
+        ops += [qfx.Rot(t[w, 0], t[w, 1], 0.3 * w, wires=w) for w in range(n)]
+        ops += [qfx.RZ(t[0, 1], wires=1)] + [qfx.CNOT((w, w + 1)) for w in range(n - 1)]
+    return qfx.Circuit(ops, n)
+
+
+def test_pairs_are_formed_within_the_limit(monkeypatch):
+    n = 5
+    ops = _fusion.fuse(_one_qubit_layers(np.linspace(0.1, 2.0, 4 * n), n).ops, n)
+    paired = _fusion.pair_one_qubit(ops, n)
+    kinds = [type(op).__name__ for op in paired]
+    # 5 dense one-qubit blocks per layer: two pairs and one left over; the RZ joined wire 1's block.
+    assert kinds.count("PairedGate") == 4 and len(paired) == len(ops) - 4
+    assert all(len(set(op.wires)) == 2 for op in paired if isinstance(op, _fusion.PairedGate))
+    np.testing.assert_allclose(_unitary(paired, n), _unitary(ops, n), atol=2e-6)
+    monkeypatch.setattr(_fusion, "PAIR_MAX_WIRES", n - 1)
+    assert _fusion.pair_one_qubit(ops, n) == list(ops)
+
+
+def test_paired_gates_evaluate_in_one_pass_and_differentiate_as_two(monkeypatch, x64):
+    """Evaluated: the state of the reference, one 4x4 pass per pair (counted while tracing). Gradient,
+    Hessian (forward over reverse) and vmap: equal to the unpaired circuit's, which runs the same
+    two-gate passes, and the gradient to finite differences of the reference."""
+    n = 5
+    theta = np.random.default_rng(12).uniform(-np.pi, np.pi, 2 * n)
+    obs = qfx.Z(0) @ qfx.Z(4) + 0.5 * qfx.X(2)
+
+    def f(t):
+        return qfx.expval(_one_qubit_layers(t, n), obs)
+
+    calls = []
+    apply_paired = K.apply_paired
+    monkeypatch.setattr(K, "apply_paired", lambda *a: calls.append(a[3]) or apply_paired(*a))
+    state = jax.jit(lambda t: qfx.state(_one_qubit_layers(t, n)))(theta)
+    np.testing.assert_allclose(state, ref.final_state(_one_qubit_layers(theta, n)), atol=1e-12)
+    assert len(calls) == 2
+    results = {}
+    for limit in (8, 0):
+        monkeypatch.setattr(_fusion, "PAIR_MAX_WIRES", limit)
+        results[limit] = (
+            jax.jit(jax.grad(f))(theta),
+            jax.jit(jax.hessian(f))(theta),
+            jax.jit(jax.vmap(f))(np.stack([theta, -theta])),
+        )
+    for got, expected in zip(results[8], results[0], strict=True):
+        np.testing.assert_allclose(got, expected, atol=1e-12)
+    fd = central_difference(lambda t: ref.expval(_one_qubit_layers(t, n), obs), theta)
+    np.testing.assert_allclose(results[8][0], fd, atol=1e-7)
+
+
 # --- matrix cotangents (`_kernels._matrix_tangent`): a staged reduction behind an optimisation barrier ----
 
 LAYOUTS = [
