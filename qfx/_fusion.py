@@ -98,19 +98,17 @@ def _dense_one_qubit(op) -> bool:
     )
 
 
-def pair_one_qubit(ops: list, n: int, always: bool = False) -> list:
-    """`ops` with each two consecutive dense one-qubit gates on different wires as one `PairedGate`
-    (they commute, so the pair is exact), on states of at most `PAIR_MAX_WIRES` qubits (any, if `always`:
-    the adjoint's walk on large states, `qfx/diff/_adjoint.py`).
+def pair_one_qubit(ops: list) -> list:
+    """`ops` with each two consecutive dense one-qubit gates on different wires as one `PairedGate` (they
+    commute, so the pair is exact). Where it pays is the caller's choice: `_kernels.run` on states of at
+    most `PAIR_MAX_WIRES` qubits, the adjoint's walk on large states (`qfx/diff/_adjoint.py`).
 
-    Measured on a 2-core CPU (same process, min-median): HEA(8, 4) forward over 1024 parameter sets under
-    vmap 8.97-9.08 -> 7.32-7.61 ms, a single HEA(8, 10) forward 134-166 -> 116-136 us; value_and_grad
-    unchanged (batched 42.6-44.5 vs 43.2-44.1 ms), as the JVP runs two gates (see `PairedGate`). Pairing
-    the matrices themselves, gradients included, made gradients slower (batched 42-45 -> 57-60 ms,
-    HEA(8, 10) 324 -> 386 us).
+    Measured for `run` on a 2-core CPU (same process, min-median): HEA(8, 4) forward over 1024 parameter
+    sets under vmap 8.97-9.08 -> 7.32-7.61 ms, a single HEA(8, 10) forward 134-166 -> 116-136 us;
+    value_and_grad unchanged (batched 42.6-44.5 vs 43.2-44.1 ms), as the JVP runs two gates (see
+    `PairedGate`). Pairing the matrices themselves, gradients included, made gradients slower (batched
+    42-45 -> 57-60 ms, HEA(8, 10) 324 -> 386 us).
     """
-    if n > PAIR_MAX_WIRES and not always:
-        return list(ops)
     out, i = [], 0
     while i < len(ops):
         a = ops[i]

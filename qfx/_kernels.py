@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from jaxtyping import Array
 import numpy as np
 
+from . import _fusion
 from ._circuit import Repeat
 from ._custom_types import complex_dtype, is_concrete, real_dtype
 from ._fusion import PairedGate, Permutation, batchable, fuse, pair_one_qubit
@@ -341,9 +342,9 @@ def apply_gate(state: Array, gate: AbstractGate, n: int, wire_map=None) -> Array
             raise NotImplementedError("a fused Permutation is applied to the whole state only")
         return apply_permutation_run(state, gate, n)
     wires = gate.wires if wire_map is None else tuple(wire_map[w] for w in gate.wires)
-    if isinstance(gate, PairedGate):
-        return apply_paired(state, gate.A, gate.B, wires, n)
     kind, value = operator_form(gate)
+    if kind == "paired":
+        return apply_paired(state, *value, wires, n)
     if kind == "controlled":
         return _apply_controlled(state, value, n, wire_map)
     if kind == "diagonal":
@@ -375,8 +376,11 @@ def _apply_paired_jvp(wires, n, primals, tangents):
 def operator_form(gate: AbstractGate) -> tuple[str, object]:
     """The form in which `apply_gate` applies `gate` (not a fused `Permutation`), and what that form needs:
     `("controlled", gate.control())`, `("diagonal", diagonal)` (an elementwise product),
-    `("permutation", (perm, phases))`, `("pauli_rotation", None)` (a wide `PauliRot`, by flips and phases)
-    or `("matrix", matrix)` (a dense product on `gate.wires`)."""
+    `("permutation", (perm, phases))`, `("pauli_rotation", None)` (a wide `PauliRot`, by flips and phases),
+    `("paired", (A, B))` (a `PairedGate`: one-qubit matrices on its two wires) or `("matrix", matrix)` (a
+    dense product on `gate.wires`)."""
+    if isinstance(gate, PairedGate):
+        return "paired", (gate.A, gate.B)
     control = gate.control()
     if control is not None:
         return "controlled", control
@@ -544,7 +548,10 @@ def run(ops, state: Array, n: int) -> Array:
     Runs of gates are fused first, on small states dense one-qubit gates paired, and staircases of like
     gates grouped (static, trace-time transformations; see `_fusion.py` and `staircases`).
     """
-    for op in staircases(pair_one_qubit(fuse_runs(ops, n), n), n):
+    ops = fuse_runs(ops, n)
+    if n <= _fusion.PAIR_MAX_WIRES:
+        ops = pair_one_qubit(ops)
+    for op in staircases(ops, n):
         if isinstance(op, Repeat):
             # Checkpointed: reverse mode keeps one state per layer and recomputes inside the layer,
             # instead of saving every gate's intermediates for every layer.

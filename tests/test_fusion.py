@@ -300,23 +300,22 @@ def _one_qubit_layers(theta, n):
     return qfx.Circuit(ops, n)
 
 
-def test_pairs_are_formed_within_the_limit(monkeypatch):
+def test_pairs_are_formed():
     n = 5
     ops = _fusion.fuse(_one_qubit_layers(np.linspace(0.1, 2.0, 4 * n), n).ops, n)
-    paired = _fusion.pair_one_qubit(ops, n)
+    paired = _fusion.pair_one_qubit(ops)
     kinds = [type(op).__name__ for op in paired]
     # 5 dense one-qubit blocks per layer: two pairs and one left over; the RZ joined wire 1's block.
     assert kinds.count("PairedGate") == 4 and len(paired) == len(ops) - 4
     assert all(len(set(op.wires)) == 2 for op in paired if isinstance(op, _fusion.PairedGate))
     np.testing.assert_allclose(_unitary(paired, n), _unitary(ops, n), atol=2e-6)
-    monkeypatch.setattr(_fusion, "PAIR_MAX_WIRES", n - 1)
-    assert _fusion.pair_one_qubit(ops, n) == list(ops)
 
 
 def test_paired_gates_evaluate_in_one_pass_and_differentiate_as_two(monkeypatch, x64):
     """Evaluated: the state of the reference, one 4x4 pass per pair (counted while tracing). Gradient,
-    Hessian (forward over reverse) and vmap: equal to the unpaired circuit's, which runs the same
-    two-gate passes, and the gradient to finite differences of the reference."""
+    Hessian (forward over reverse) and vmap: equal to the unpaired circuit's (above `PAIR_MAX_WIRES`: no
+    pair is formed), which runs the same two-gate passes, and the gradient to finite differences of the
+    reference."""
     n = 5
     theta = np.random.default_rng(12).uniform(-np.pi, np.pi, 2 * n)
     obs = qfx.Z(0) @ qfx.Z(4) + 0.5 * qfx.X(2)
@@ -333,11 +332,13 @@ def test_paired_gates_evaluate_in_one_pass_and_differentiate_as_two(monkeypatch,
     results = {}
     for limit in (8, 0):
         monkeypatch.setattr(_fusion, "PAIR_MAX_WIRES", limit)
+        calls.clear()
         results[limit] = (
             jax.jit(jax.grad(f))(theta),
             jax.jit(jax.hessian(f))(theta),
             jax.jit(jax.vmap(f))(np.stack([theta, -theta])),
         )
+        assert bool(calls) == (n <= limit)
     for got, expected in zip(results[8], results[0], strict=True):
         np.testing.assert_allclose(got, expected, atol=1e-12)
     fd = central_difference(lambda t: ref.expval(_one_qubit_layers(t, n), obs), theta)

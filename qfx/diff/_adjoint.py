@@ -6,7 +6,7 @@ import jax.numpy as jnp
 from jaxtyping import Array
 
 from .._circuit import Repeat
-from .._fusion import PairedGate, fuse, pair_one_qubit
+from .._fusion import fuse, pair_one_qubit
 from .._kernels import apply_diagonal, apply_gate, apply_matrix, operator_form, run
 from ._base import AbstractDiffMethod, check_gates_only
 from ._shifts import from_real_coordinates, real_coordinates
@@ -46,22 +46,12 @@ def _gate_step(gate, pair: Pair, n: int, looped: bool) -> tuple[Pair, list[Array
     bra_before = apply_gate(bra, inverse, n)
     if not jax.tree.leaves(gate):
         return (apply_gate(psi, inverse, n), bra_before), []
-    if isinstance(gate, PairedGate):  # two commuting gates: each is the last one applied
-        bars = []
-        for u, wire in ((gate.A, gate.wires[0]), (gate.B, gate.wires[1])):
-            _, correlate = jax.vjp(lambda v, w=wire: apply_matrix(psi, v, (w,), n), u)
-            (c,) = correlate(bra.conj())
-            bars.append(jnp.sum(c[:, :, None] * u.conj()[None, :, :], axis=1))
-        return (apply_gate(psi, inverse, n), bra_before), bars
     kind, value = operator_form(gate)
+    if kind == "paired":  # two commuting gates: each is the last one applied, on its own wire
+        bars = [_bar_from_after(psi, bra, u, (w,), n) for u, w in zip(value, gate.wires, strict=True)]
+        return (apply_gate(psi, inverse, n), bra_before), bars
     if looped and kind in ("matrix", "diagonal"):
-        apply = apply_matrix if kind == "matrix" else apply_diagonal
-        _, correlate = jax.vjp(lambda u: apply(psi, u, gate.wires, n), value)
-        (c,) = correlate(bra.conj())
-        if kind == "matrix":  # c @ conj(U), as a broadcast sum: XLA fuses it, where a tiny dot is a call
-            u_bar = jnp.sum(c[:, :, None] * value.conj()[None, :, :], axis=1)
-        else:
-            u_bar = c * value.conj()
+        u_bar = _bar_from_after(psi, bra, value, gate.wires, n, diagonal=kind == "diagonal")
         _, form_vjp = jax.vjp(lambda g: operator_form(g)[1], gate)
         (gate_bar,) = form_vjp(u_bar)
         return (apply_gate(psi, inverse, n), bra_before), jax.tree.leaves(gate_bar)
@@ -73,6 +63,17 @@ def _gate_step(gate, pair: Pair, n: int, looped: bool) -> tuple[Pair, list[Array
     _, gate_vjp = jax.vjp(lambda g: apply_gate(psi_before, g, n), gate)
     (gate_bar,) = gate_vjp(bra.conj())
     return (psi_before, bra_before), jax.tree.leaves(gate_bar)
+
+
+def _bar_from_after(psi: Array, bra: Array, u: Array, wires, n: int, diagonal: bool = False) -> Array:
+    """The cotangent of a gate's matrix `u` (or diagonal) from the state after it and the bra there:
+    `C conj(u)` (or `conj(u) C`) with `C` the correlation of the two on `wires` (see `_gate_step`)."""
+    apply = apply_diagonal if diagonal else apply_matrix
+    _, correlate = jax.vjp(lambda v: apply(psi, v, wires, n), u)
+    (c,) = correlate(bra.conj())
+    if diagonal:
+        return c * u.conj()
+    return jnp.sum(c[:, :, None] * u.conj()[None, :, :], axis=1)  # a broadcast sum: XLA fuses it, not a dot
 
 
 def _real_view(leaves: list[Array], dtype) -> Array:
@@ -98,8 +99,10 @@ def _gates_backward(gates, pair: Pair, n: int) -> tuple[list[list[Array]], Pair]
     n = 16, L = 10: 31.0-31.7 -> 27.8-28.4 ms; n = 20, L = 6: 376-465 -> 289-386 ms; the first call at
     n = 16 ~0.3-0.5 s longer (a 4x4 pass compiles longer than two 2x2 ones).
     """
-    looped = n >= _LOOP_MIN_WIRES
-    fused, unfuse = jax.vjp(lambda gs: pair_one_qubit(fuse(gs, n), n, always=looped), list(gates))
+    if n >= _LOOP_MIN_WIRES:
+        fused, unfuse = jax.vjp(lambda gs: pair_one_qubit(fuse(gs, n)), list(gates))
+    else:
+        fused, unfuse = jax.vjp(lambda gs: fuse(gs, n), list(gates))
     leaves, pair = _blocks_backward(fused, pair, n)
     bars = [jax.tree.unflatten(jax.tree.structure(op), ls) for op, ls in zip(fused, leaves, strict=True)]
     (gate_bars,) = unfuse(bars)
