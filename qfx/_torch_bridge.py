@@ -230,8 +230,8 @@ class _Kept:
 
     `how` (static) is `("grads",)`: `arrays` are the torch-convention gradients of the one real scalar
     output, to be scaled by its cotangent; or `("vjp", treedef, layout, out_diff, out_avals)`: `arrays`
-    are JAX's VJP residuals, packed into one flat buffer per dtype (`layout` says where each leaf is), so
-    that ~100 residual buffers cross the `jit` boundary as a few.
+    are JAX's VJP residuals, the small ones packed into one flat buffer per dtype (`layout` says where
+    each leaf is), so that ~100 residual buffers cross the `jit` boundary as a few.
     """
 
     def __init__(self, arrays, how):
@@ -246,23 +246,34 @@ class _Kept:
         return cls(arrays, how)
 
 
+# Residuals of at least this many bytes cross the `jit` boundary as they are: each buffer costs ~1 us of
+# dispatch, while packing copies it (a 4-qubit circuit at batch 1024 keeps 6.5 MB of states, whose
+# concatenation took the forward from 0.73 to 1.37 ms; `benchmarks/torch_overhead.py`).
+_PACK_MAX_BYTES = 1 << 14
+
+
 def _keep_pullback(pullback, out_diff, out_avals, pack: bool) -> _Kept:
     leaves, treedef = jax.tree.flatten(pullback)
     if not pack:  # untraced (jit=False): nothing to gain
         return _Kept(leaves, ("vjp", treedef, None, out_diff, out_avals))
     groups: dict[Any, list] = {}
-    layout = []
+    arrays, layout = [], []  # (index in arrays or None for float0, offset or None when whole, shape)
     for leaf in leaves:
         leaf = jnp.asarray(leaf)
         if leaf.dtype == jax.dtypes.float0:
-            layout.append((None, 0, leaf.shape))
-            continue
-        group = groups.setdefault(leaf.dtype, [])
-        layout.append((leaf.dtype, sum(x.size for x in group), leaf.shape))
-        group.append(leaf.ravel())
-    names = list(groups)
-    layout = tuple((None if d is None else names.index(d), o, s) for d, o, s in layout)
-    arrays = [jnp.concatenate(g) if len(g) > 1 else g[0] for g in groups.values()]
+            layout.append((None, None, leaf.shape))
+        elif leaf.size * leaf.dtype.itemsize >= _PACK_MAX_BYTES:
+            layout.append((len(arrays), None, leaf.shape))
+            arrays.append(leaf)
+        else:
+            group = groups.setdefault(leaf.dtype, [])
+            layout.append((leaf.dtype, sum(x.size for x in group), leaf.shape))
+            group.append(leaf.ravel())
+    first = {dtype: len(arrays) + i for i, dtype in enumerate(groups)}  # the packed buffers go last
+    layout = tuple(
+        (first[where] if offset is not None else where, offset, shape) for where, offset, shape in layout
+    )
+    arrays += [jnp.concatenate(g) if len(g) > 1 else g[0] for g in groups.values()]
     return _Kept(arrays, ("vjp", treedef, layout, out_diff, out_avals))
 
 
@@ -272,9 +283,11 @@ def _kept_pullback(kept: _Kept):
         return jax.tree.unflatten(treedef, kept.arrays)
     leaves = [
         np.zeros(shape, jax.dtypes.float0)
-        if g is None
-        else kept.arrays[g][offset : offset + math.prod(shape)].reshape(shape)
-        for g, offset, shape in layout
+        if where is None
+        else kept.arrays[where]
+        if offset is None
+        else kept.arrays[where][offset : offset + math.prod(shape)].reshape(shape)
+        for where, offset, shape in layout
     ]
     return jax.tree.unflatten(treedef, leaves)
 
@@ -302,13 +315,13 @@ class Bridge:
     **Forward and backward.** When torch records a graph (grad mode on, some input requires grad, outside
     `torch.func`), the forward runs one compiled `jax.vjp` and keeps, as JAX arrays on the autograd node,
     either the gradients themselves (a single real scalar output: the forward is then one fused
-    value-and-grad, and the backward scales them by the output's cotangent) or JAX's VJP residuals, packed
-    into one buffer per dtype; a first-order backward applies them in one more compiled call, without
+    value-and-grad, and the backward scales them by the output's cotangent) or JAX's VJP residuals, the small
+    ones packed into one buffer per dtype; a first-order backward applies them in one more compiled call, without
     running the forward again. A backward under `create_graph=True` (and any backward inside `torch.func`)
     instead calls the VJP bridge, which re-runs the forward inside one compiled call: a function of the
-    torch inputs, so torch can differentiate it again. For a 4-qubit circuit at batch 1024 the kept path
-    took the forward + backward from ~1.6x to ~1.1x a fused `jax.value_and_grad` (see
-    `benchmarks/torch_overhead.py`).
+    torch inputs, so torch can differentiate it again. For a 4-qubit circuit at batch 1024 the two compiled
+    calls of the kept path take ~1.07x one fused `jax.value_and_grad` (0.73 + 2.11 ms against 2.65 ms), where
+    re-running the forward in the backward would take ~1.2x (see `benchmarks/torch_overhead.py`).
     """
 
     def __init__(self, flat_fn: Callable, jit: bool):

@@ -319,6 +319,38 @@ def test_backward_reuses_the_forward_unless_create_graph(loss_in):
     assert len(runs) == 6
 
 
+def test_kept_residuals_large_and_small():
+    """At batch 512 the forward keeps residuals of ~64 KiB each (they cross as they are) beside small ones
+    (packed per dtype) and integer ones; the backward from them matches JAX's VJP, for real and complex
+    outputs (the complex cotangent enters in torch's convention, the conjugate of JAX's)."""
+    from qfx._torch_bridge import _PACK_MAX_BYTES
+
+    def many(theta, xs):
+        out = jax.vmap(circuit, in_axes=(None, 0))(theta, xs)
+        a, s = out[:, 0], jnp.sum(theta)
+        return out, jax.lax.complex(s * jnp.cos(a), s * jnp.sin(a))  # s exp(i a)
+
+    f = qt.to_torch(many)
+    rng = np.random.default_rng(3)
+    theta = torch.tensor([0.3, -0.8, 1.1], requires_grad=True)
+    xs = torch.tensor(rng.uniform(-1, 1, (512, 2)).astype(np.float32), requires_grad=True)
+    out, z = f(theta, xs)
+    w = torch.tensor(rng.normal(size=(512, 2)).astype(np.float32))
+    u = torch.tensor(rng.normal(size=512) + 1j * rng.normal(size=512), dtype=torch.complex64)
+    (out * w).sum().add((z * u.conj()).real.sum()).backward()
+
+    entry = next(iter(f._entries.values()))
+    kept = entry.bridge.keeping((True, True))(*_j(theta, xs))[1]
+    whole = [kept.arrays[where] for where, offset, _ in kept.how[2] if where is not None and offset is None]
+    assert whole and all(a.size * a.dtype.itemsize >= _PACK_MAX_BYTES for a in whole)
+    assert any(offset is not None for _, offset, _ in kept.how[2])  # and packed ones
+
+    _, pullback = jax.vjp(many, *_j(theta, xs))
+    # Torch's cotangent of z for the loss Re(sum(z * conj(u))) is u; JAX's is its conjugate.
+    expected = pullback((jnp.asarray(_np(w)), jnp.conj(jnp.asarray(_np(u)))))
+    assert tree_allclose((_np(theta.grad), _np(xs.grad)), expected, rtol=1e-4, atol=1e-5)
+
+
 def test_jit_false_runs_untraced():
     f = qt.to_torch(lambda x: jnp.asarray(np.sin(np.asarray(x))), jit=False)
     x = torch.tensor([0.1, 0.2])
