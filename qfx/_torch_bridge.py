@@ -316,12 +316,12 @@ class Bridge:
     `torch.func`), the forward runs one compiled `jax.vjp` and keeps, as JAX arrays on the autograd node,
     either the gradients themselves (a single real scalar output: the forward is then one fused
     value-and-grad, and the backward scales them by the output's cotangent) or JAX's VJP residuals, the small
-    ones packed into one buffer per dtype; a first-order backward applies them in one more compiled call, without
-    running the forward again. A backward under `create_graph=True` (and any backward inside `torch.func`)
-    instead calls the VJP bridge, which re-runs the forward inside one compiled call: a function of the
-    torch inputs, so torch can differentiate it again. For a 4-qubit circuit at batch 1024 the two compiled
-    calls of the kept path take ~1.07x one fused `jax.value_and_grad` (0.73 + 2.11 ms against 2.65 ms), where
-    re-running the forward in the backward would take ~1.2x (see `benchmarks/torch_overhead.py`).
+    ones packed into one buffer per dtype; a first-order backward applies them in one more compiled call,
+    without running the forward again. A backward under `create_graph=True` (and any backward inside
+    `torch.func`) instead calls the VJP bridge, which re-runs the forward inside one compiled call: a function
+    of the torch inputs, so torch can differentiate it again. For a 4-qubit circuit at batch 1024 the two
+    compiled calls of the kept path take ~1.07x one fused `jax.value_and_grad` (0.73 + 2.11 ms against 2.65
+    ms), where re-running the forward in the backward would take ~1.2x (see `benchmarks/torch_overhead.py`).
     """
 
     def __init__(self, flat_fn: Callable, jit: bool):

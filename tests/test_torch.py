@@ -18,7 +18,7 @@ from .helpers import tree_allclose
 torch = pytest.importorskip("torch")
 import torch.autograd.forward_ad as fwad  # noqa: E402 - needs torch, so after the importorskip
 
-from qfx._torch_bridge import Bridge, _cpu_argument, _fast_paths  # noqa: E402
+from qfx._torch_bridge import _PACK_MAX_BYTES, Bridge, _cpu_argument, _fast_paths  # noqa: E402
 import qfx.torch as qt  # noqa: E402
 
 DIFF_METHODS = [qfx.diff.Backprop(), qfx.diff.Adjoint(), qfx.diff.ParameterShift(), qfx.diff.FiniteDiff()]
@@ -323,7 +323,6 @@ def test_kept_residuals_large_and_small():
     """At batch 512 the forward keeps residuals of ~64 KiB each (they cross as they are) beside small ones
     (packed per dtype) and integer ones; the backward from them matches JAX's VJP, for real and complex
     outputs (the complex cotangent enters in torch's convention, the conjugate of JAX's)."""
-    from qfx._torch_bridge import _PACK_MAX_BYTES
 
     def many(theta, xs):
         out = jax.vmap(circuit, in_axes=(None, 0))(theta, xs)
