@@ -14,7 +14,8 @@ starts inside a buffer may not be). The bridge copies, on purpose, in these case
 - a tensor with torch's lazy conjugate or negative bit: the bit is resolved first (raw DLPack would export
   the unconjugated memory);
 - an output that aliases an input or another output (a jitted JAX function may return an input array as
-  it is): it is cloned, so that an in-place write to one torch tensor cannot change another.
+  it is): it is cloned, so that an in-place write to one torch tensor cannot change another;
+- every output of an untraced function (`jit=False`), which may return an array it closes over.
 
 Tensors that require grad are detached (no copy). JAX -> Torch is always zero-copy: each output buffer is
 fresh and owned by the returned tensor alone.
@@ -171,6 +172,8 @@ def check_tensor(t: Any, name: str) -> None:
     """Raises a clear error when `t` cannot cross the bridge. `name` names the argument in the message."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} is a {type(t).__name__}, but the bridge takes torch.Tensors (got {t!r}).")
+    if t.layout is not torch.strided:
+        raise TypeError(f"{name} has layout {t.layout}; the bridge takes dense tensors (call .to_dense()).")
     if t.dtype not in _DIFFERENTIABLE:
         raise TypeError(
             f"{name} has dtype {t.dtype}; the bridge takes floating or complex tensors. Convert it with "
@@ -192,11 +195,30 @@ def check_tensor(t: Any, name: str) -> None:
     )
 
 
+def _export_error(e: RuntimeError) -> Exception:
+    """A clear error for tensors that have no buffer to export, else `e` itself."""
+    if "storage" not in str(e):
+        return e
+    return TypeError(
+        "qfx.torch: a tensor crossing to JAX has no storage of its own. This happens under torch's "
+        "legacy vmap (torch.autograd.grad(..., is_grads_batched=True), torch.autograd.functional.jacobian("
+        "..., vectorize=True)), which the bridge does not support: use torch.func.vmap, jacrev or jacfwd, "
+        "which run one batched JAX call."
+    )
+
+
 # --- JAX functions as autograd.Functions -----------------------------------------------------------
 
 
+# The JAX dtypes whose outputs torch differentiates: those of `_DIFFERENTIABLE` (not, e.g., float8, which
+# torch's autograd refuses), so that the forward and the backward agree on which outputs have cotangents.
+_DIFFERENTIABLE_JAX = frozenset(
+    np.dtype(d) for d in (np.float16, jnp.bfloat16, np.float32, np.float64, np.complex64, np.complex128)
+)
+
+
 def _is_differentiable(dtype) -> bool:
-    return jnp.issubdtype(dtype, jnp.inexact)
+    return np.dtype(dtype) in _DIFFERENTIABLE_JAX
 
 
 def _restrict(flat_fn: Callable, primals, mask: tuple[bool, ...]) -> Callable:
@@ -213,12 +235,20 @@ def _pull(pullback, outs_diff: tuple[bool, ...], out_avals, cts) -> tuple:
     """Torch cotangents in, torch gradients out, through a JAX pullback.
 
     For complex values torch's gradient is the conjugate of JAX's cotangent, so the cotangents are
-    conjugated on the way in and the gradients on the way out (a no-op for real values). Non-differentiable
-    (integer) outputs get JAX's float0 zeros.
+    conjugated on the way in and the gradients on the way out (a no-op for real values). Outputs torch
+    does not differentiate get zeros: JAX's float0 for integers, zeros of their dtype for others (float8).
     """
+
+    def zeros(shape, dtype):
+        return (
+            jnp.zeros(shape, dtype)
+            if jnp.issubdtype(dtype, jnp.inexact)
+            else np.zeros(shape, jax.dtypes.float0)
+        )
+
     cts = iter(cts)
     full = tuple(
-        jnp.conj(next(cts)).astype(dtype) if d else np.zeros(shape, jax.dtypes.float0)
+        jnp.conj(next(cts)).astype(dtype) if d else zeros(shape, dtype)
         for d, (shape, dtype) in zip(outs_diff, out_avals, strict=True)
     )
     return tuple(jnp.conj(g) for g in pullback(full))
@@ -365,10 +395,13 @@ class Bridge:
 
     def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         to_jax, to_torch = _fast_paths() if all(t.is_cpu for t in tensors) else (None, None)
-        if to_jax is not None and self.jit:
-            arrays = [_cpu_argument(_prepare(t), to_jax) for t in tensors]
-        else:
-            arrays = [to_jax(_prepare(t)) if to_jax else tensor_to_jax(t) for t in tensors]
+        try:
+            if to_jax is not None and self.jit:
+                arrays = [_cpu_argument(_prepare(t), to_jax) for t in tensors]
+            else:
+                arrays = [to_jax(_prepare(t)) if to_jax else tensor_to_jax(t) for t in tensors]
+        except RuntimeError as e:
+            raise _export_error(e) from e
         needs = getattr(_handoff, "needs", None)
         if needs is None:
             outs = self.call(*arrays)
@@ -386,6 +419,8 @@ class Bridge:
                     t = t.clone()
                 seen.add(ptr)
             result.append(t)
+        if not self.jit:  # an untraced function may return an array it did not make (a closed-over one)
+            result = [t.clone() for t in result]
         return tuple(result)
 
     def keeping(self, needs: tuple[bool, ...]) -> Callable:
@@ -401,9 +436,11 @@ class Bridge:
                 out_avals = tuple((o.shape, o.dtype) for o in outs)
                 diff = [o for o, d in zip(outs, out_diff, strict=True) if d]
                 if len(diff) == 1 and diff[0].size == 1 and jnp.issubdtype(diff[0].dtype, jnp.floating):
-                    # A scalar loss: its VJP is linear in the one real cotangent, so compute the gradients
-                    # now, fused with the forward, and let the backward scale them.
-                    grads = _pull(pullback, out_diff, out_avals, (jnp.ones((), diff[0].dtype),))
+                    # A scalar loss (of any shape with one entry): its VJP is linear in the one real
+                    # cotangent, so compute the gradients now, fused with the forward, and let the backward
+                    # scale them.
+                    seed = jnp.ones(diff[0].shape, diff[0].dtype)
+                    grads = _pull(pullback, out_diff, out_avals, (seed,))
                     return outs, _Kept(grads, ("grads",))
                 return outs, _keep_pullback(pullback, out_diff, out_avals, pack)
 
@@ -417,7 +454,11 @@ class Bridge:
             (ct,) = cts
             ct = ct.reshape(())
             return tuple(ct * jax_to_tensor(g) for g in kept.arrays)
-        grads = self._pull_kept(kept, *[tensor_to_jax(c) for c in cts])
+        try:
+            arrays = [tensor_to_jax(c) for c in cts]
+        except RuntimeError as e:
+            raise _export_error(e) from e
+        grads = self._pull_kept(kept, *arrays)
         seen = {c.data_ptr() for c in cts}
         result = []
         for g in grads:
@@ -481,10 +522,18 @@ def _make_function(bridge: Bridge) -> type[torch.autograd.Function]:
 
         @staticmethod
         def setup_context(ctx, inputs, output):
-            ctx.save_for_backward(*inputs)
-            ctx.save_for_forward(*inputs)
-            ctx.kept = getattr(_handoff, "kept", None)
+            kept = getattr(_handoff, "kept", None)
             _handoff.kept = None
+            ctx.n_inputs = len(inputs)
+            if kept is None:
+                ctx.save_for_backward(*inputs)
+            else:
+                # Held by an empty tensor saved with the inputs, so that torch frees it with them after
+                # the backward (unless retain_graph=True), not when the graph's last output dies.
+                holder = torch.empty(0)
+                holder.qfx_kept = kept
+                ctx.save_for_backward(*inputs, holder)
+            ctx.save_for_forward(*inputs)
             ctx.out_diff = tuple(o.dtype in _DIFFERENTIABLE for o in output)
             if not all(ctx.out_diff):
                 ctx.mark_non_differentiable(*[o for o, d in zip(output, ctx.out_diff, strict=True) if not d])
@@ -494,11 +543,14 @@ def _make_function(bridge: Bridge) -> type[torch.autograd.Function]:
             needs = tuple(ctx.needs_input_grad)
             if not any(needs):
                 return (None,) * len(needs)
-            primals = ctx.saved_tensors  # raises if an input was written in place since the forward
+            saved = ctx.saved_tensors  # raises if an input was written in place since the forward
+            primals = saved[: ctx.n_inputs]
+            # Missing if saved-tensor hooks (e.g. torch.autograd.graph.save_on_cpu) replaced the holder.
+            kept = getattr(saved[-1], "qfx_kept", None) if len(saved) > ctx.n_inputs else None
             cts = [g for g, d in zip(grads, ctx.out_diff, strict=True) if d]
-            if ctx.kept is not None and ctx.kept[0] == needs and not torch.is_grad_enabled():
+            if kept is not None and kept[0] == needs and not torch.is_grad_enabled():
                 # First order (no create_graph): apply what the forward kept.
-                out = iter(bridge.pull_kept(ctx.kept[1], cts))
+                out = iter(bridge.pull_kept(kept[1], cts))
             else:  # differentiable again: the VJP as a bridge of the torch inputs
                 out = iter(bridge.vjp(needs, ctx.out_diff).apply(*primals, *cts))
             return tuple(next(out) if need else None for need in needs)

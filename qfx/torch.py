@@ -12,8 +12,9 @@ import qfx.torch  # imports torch; `import qfx` alone never does
 - `straight_through_argmax` / `ArgMax` read out the most likely class with a straight-through gradient.
 
 **Copies.** Tensors cross by DLPack without copying, except for non-contiguous views, buffers that are not
-64-byte aligned, tensors with a lazy conjugate / negative bit, outputs that alias an input, and small CPU
-inputs (at most 64 KiB) of a call, which are cheaper to copy than to import; see
+64-byte aligned, tensors with a lazy conjugate / negative bit, outputs that alias an input, outputs of an
+untraced (`jit=False`) function, and small CPU inputs (at most 64 KiB) of a call, which are cheaper to copy
+than to import; see
 `qfx/_torch_bridge.py` for the rules and why they keep JAX's immutability.
 
 **Complex numbers.** For a real loss L of z = x + iy, torch's gradient is dL/dx + i dL/dy (so that
@@ -23,6 +24,10 @@ cotangents on the way in and gradients on the way out, so `z.grad` follows torch
 
 **Precision.** float64 and complex128 tensors need JAX's 64-bit mode
 (`jax.config.update("jax_enable_x64", True)`); otherwise the bridge raises instead of silently casting.
+
+**Tracing.** Under `torch.compile` a bridged call runs outside TorchDynamo's graph (a graph break), eagerly.
+`torch.jit.trace` and `make_fx`-based tracing (`torch.func.linearize`) raise: they would record the JAX
+call's outputs as constants.
 
 **CPU threads.** torch's OpenMP workers busy-wait for a while after each parallel op, competing with XLA's
 threads for the same cores; with small classical layers, `torch.set_num_threads(1)` (or
@@ -38,6 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
+from torch.fx.experimental.proxy_tensor import get_proxy_mode
 
 from ._straight_through import straight_through_argmax as _jax_straight_through_argmax
 from ._torch_bridge import Bridge, check_tensor, jax_to_tensor, tensor_to_jax
@@ -60,7 +66,10 @@ def to_jax(tensor: torch.Tensor) -> jax.Array:
 
 
 def from_jax(array: jax.Array) -> torch.Tensor:
-    """A JAX array as a torch tensor on the same device, by DLPack, zero-copy."""
+    """A JAX array as a torch tensor on the same device, by DLPack, zero-copy.
+
+    The tensor shares the array's buffer: writing it in place changes the JAX array too (which JAX
+    assumes immutable), so `.clone()` it first if you will."""
     if not isinstance(array, jax.Array):
         raise TypeError(f"from_jax: expected a jax.Array, got {type(array).__name__}.")
     return jax_to_tensor(array)
@@ -130,6 +139,12 @@ class _TorchFunction:
         self.__doc__ = getattr(fn, "__doc__", None)
 
     def __call__(self, *args: Any) -> Any:
+        if torch.compiler.is_compiling():  # TorchDynamo cannot trace JAX: run the call outside its graph
+            return torch.compiler.disable(self._call)(*args)
+        _refuse_tracing(self.__name__)
+        return self._call(*args)
+
+    def _call(self, *args: Any) -> Any:
         leaves, in_tree = jax.tree.flatten(args)
         for leaf in leaves:  # a fast check; the slow one names the bad argument
             if not _fast_ok(leaf):
@@ -154,6 +169,17 @@ class _TorchFunction:
         return (_rebuild, (self.fn, self.jit))
 
 
+def _refuse_tracing(name: str) -> None:
+    """Raises under `torch.jit.trace` and `make_fx` tracing (`torch.func.linearize`, ...), which would record
+    the JAX call's outputs as constants: wrong derivatives, silently."""
+    if torch.jit.is_tracing() or (torch._C._len_torch_dispatch_stack() and get_proxy_mode() is not None):
+        raise RuntimeError(
+            f"{name}: torch.jit.trace and make_fx-based tracing (torch.func.linearize, ...) cannot see "
+            "inside a JAX call and would record its outputs as constants. Call it eagerly, under "
+            "torch.func transforms (grad, vmap, jacrev, jacfwd, jvp), or in torch.compile (a graph break)."
+        )
+
+
 def _rebuild(fn, jit):
     return to_torch(fn, jit=jit)
 
@@ -165,7 +191,7 @@ _OK_X64 = _OK_32 | {torch.float64, torch.complex128}
 def _fast_ok(t) -> bool:
     """A quick sufficient check that `t` can cross the bridge (`check_tensor` is the full one)."""
     ok = _OK_X64 if jax.config.read("jax_enable_x64") else _OK_32
-    return isinstance(t, torch.Tensor) and t.is_cpu and t.dtype in ok
+    return isinstance(t, torch.Tensor) and t.is_cpu and t.dtype in ok and t.layout is torch.strided
 
 
 def to_torch(fn: Callable, *, jit: bool = True) -> Callable:
@@ -332,6 +358,11 @@ class TorchLayer(torch.nn.Module):
         self._fn = to_torch(_Batched(circuit_fn, diff), jit=jit)
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_compiling():  # as in `to_torch`: outside TorchDynamo's graph
+            return torch.compiler.disable(self._forward)(inputs)
+        return self._forward(inputs)
+
+    def _forward(self, inputs: torch.Tensor) -> torch.Tensor:
         if not _fast_ok(inputs) or inputs.ndim == 0:
             name = f"TorchLayer({_fn_name(self.circuit_fn)}): inputs"
             check_tensor(inputs, name)
@@ -344,11 +375,12 @@ class TorchLayer(torch.nn.Module):
                 got = None if p is None else tuple(p.shape)
                 raise ValueError(f"TorchLayer: weight {w!r} has shape {got}, expected {shape}.")
             weights[w] = p
-        flat = inputs if inputs.ndim == 2 else inputs.reshape(-1, inputs.shape[-1])
+        batch = inputs.shape[:-1]
+        flat = inputs if inputs.ndim == 2 else inputs.reshape(math.prod(batch), inputs.shape[-1])
         out = self._fn(flat, weights)
         if not isinstance(out, torch.Tensor):
             raise TypeError("TorchLayer: circuit_fn must return one array (use to_torch for pytrees).")
-        return out if inputs.ndim == 2 else out.reshape(*inputs.shape[:-1], *out.shape[1:])
+        return out if inputs.ndim == 2 else out.reshape((*batch, *out.shape[1:]))
 
     def extra_repr(self) -> str:
         shapes = ", ".join(f"{k}={v}" for k, v in self.weight_shapes.items())

@@ -1,6 +1,7 @@
 """The Torch bridge, `qfx.torch`: conversions, autograd to any order, torch.func, TorchLayer, argmax."""
 
 import copy
+import gc
 import io
 import pickle
 import subprocess
@@ -356,6 +357,88 @@ def test_jit_false_runs_untraced():
     np.testing.assert_allclose(_np(f(x)), np.sin(_np(x)), rtol=1e-6)
 
 
+def test_jit_false_outputs_are_fresh():
+    """An untraced function may return an array it closes over: its output is a copy, so writing it in
+    place changes neither that JAX array nor later outputs."""
+    w = jnp.arange(3.0)
+    f = qt.to_torch(lambda x: (2 * x, w), jit=False)
+    x = torch.ones(3)
+    _, out = f(x)
+    with torch.no_grad():
+        out.add_(100.0)
+    np.testing.assert_array_equal(np.asarray(w), [0.0, 1.0, 2.0])
+    np.testing.assert_array_equal(_np(f(x)[1]), [0.0, 1.0, 2.0])
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (1, 1)])
+def test_one_entry_outputs_of_any_shape(shape):
+    """A loss of one entry, whatever its shape, takes the fused value-and-grad path."""
+    f = qt.to_torch(lambda x: jnp.sum(x**2).reshape(shape))
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    y = f(x)
+    assert y.shape == shape
+    (3.0 * y.sum()).backward()
+    torch.testing.assert_close(x.grad, torch.tensor([6.0, 12.0]))
+
+
+def _live_jax_bytes() -> int:
+    gc.collect()
+    return sum(a.nbytes for a in jax.live_arrays())
+
+
+def test_kept_residuals_are_freed_by_the_backward():
+    """Torch frees what a node saved once its backward ran (unless retain_graph=True); so does the bridge
+    with the VJP residuals it kept, even while the outputs stay alive (e.g. kept for logging)."""
+    f = qt.to_torch(lambda x: jnp.sin(x) * jnp.exp(x))  # residuals: cos(x), sin(x), exp(x) or the like
+    x = torch.randn(100_000, requires_grad=True)  # 400 kB each
+    nbytes = x.numel() * x.element_size()
+    before = _live_jax_bytes()
+    y = f(x)
+    assert _live_jax_bytes() - before >= 3 * nbytes  # y's buffer and at least two residuals
+    y.sum().backward(retain_graph=True)
+    assert _live_jax_bytes() - before >= 4 * nbytes  # the same and x.grad: retained for another backward
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, 2 * (torch.cos(x) + torch.sin(x)) * torch.exp(x).detach())
+    assert _live_jax_bytes() - before == 2 * nbytes  # y and x.grad are alive; the residuals are gone
+
+
+def test_outputs_torch_does_not_differentiate_get_zero_cotangents():
+    """A float8 output (JAX differentiates it, torch does not) beside a float32 one."""
+    f = qt.to_torch(lambda x: (jnp.sin(x), x.astype(jnp.float8_e4m3fn)))
+    x = torch.tensor([0.1, 0.5, 1.0], requires_grad=True)
+    y, z = f(x)
+    assert z.dtype == torch.float8_e4m3fn and not z.requires_grad
+    (g,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+    torch.testing.assert_close(g, torch.cos(x.detach()))
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, torch.cos(x.detach()))
+
+
+# TorchDynamo reads `.grad` of the intermediate tensor it passes on after the graph break, which warns.
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf:UserWarning")
+@pytest.mark.filterwarnings("ignore:`torch.jit.(script|trace)` is deprecated:DeprecationWarning")
+def test_tracing_torch_compile_and_legacy_vmap():
+    """torch.compile runs the call outside its graph (a graph break); tracers that would record the JAX
+    call as a constant, and torch's legacy vmap, raise clear errors."""
+    f = qt.to_torch(lambda x: jnp.sin(x) * x)
+    x = torch.tensor([0.3, -0.7, 1.2], requires_grad=True)
+
+    def model(x):
+        return (f(2 * x) + 1).sum()
+
+    compiled = torch.compile(model, backend="eager")
+    (g,) = torch.autograd.grad(compiled(x), x)
+    (expected,) = torch.autograd.grad(model(x), x)
+    torch.testing.assert_close(g, expected)
+    with pytest.raises(RuntimeError, match=r"to_torch\(<lambda>\): torch.jit.trace and make_fx"):
+        torch.func.linearize(f, x.detach())
+    with pytest.raises(RuntimeError, match="torch.jit.trace"):
+        torch.jit.trace(f, (x.detach(),))
+    y = f(x)
+    with pytest.raises(TypeError, match=r"legacy vmap.*torch.func"):
+        torch.autograd.grad(y, x, torch.eye(3), is_grads_batched=True)
+
+
 # --- torch.func -------------------------------------------------------------------------------------
 
 
@@ -435,6 +518,8 @@ def test_bad_arguments_raise_clear_errors():
         qt.from_jax(np.ones(2))
     with pytest.raises(TypeError, match="must return arrays"):
         qt.to_torch(lambda x: "no")(x)
+    with pytest.raises(TypeError, match=r"argument \[1\] has layout torch.sparse_coo.*to_dense"):
+        f(theta, torch.eye(2).to_sparse())
 
 
 def test_float64_needs_x64():
@@ -485,6 +570,34 @@ def test_layer_runs_the_batch_as_one_vmapped_call():
     assert seen == [True]
     assert tree_allclose(_np(layer(xs[4])), expected[4])
     assert seen == [True, True]  # batch size 1 is a new shape: traced once more, still vmapped
+
+
+def test_layer_scalar_outputs_and_empty_inputs():
+    """A circuit returning one value per sample, on a single sample (d,), a batch of one (1, d) and nested
+    batches, with gradients; and inputs with d = 0 (a circuit of weights only) under batch dimensions."""
+
+    def energy(inputs, theta, phi):
+        return layer_circuit(inputs, theta, phi)[2]
+
+    layer = qt.TorchLayer(energy, SHAPES)
+    xs = torch.rand(2, 3, 2)
+    full = layer(xs)
+    assert full.shape == (2, 3)
+    for x in (xs[1, 2], xs[1, 2:]):
+        out = layer(x)
+        assert out.shape == x.shape[:-1]
+        torch.testing.assert_close(out.reshape(()), full[1, 2])
+        (g,) = torch.autograd.grad(out.sum(), layer.theta)
+        expected = jax.grad(energy, argnums=1)(*_j(xs[1, 2], layer.theta, layer.phi))
+        assert tree_allclose(_np(g), expected, rtol=1e-5, atol=1e-6)
+
+    def weights_only(inputs, theta, phi):
+        return layer_circuit(jnp.zeros(2) + jnp.sum(inputs), theta, phi)
+
+    bare = qt.TorchLayer(weights_only, SHAPES)
+    out = bare(torch.zeros(2, 3, 0))
+    assert out.shape == (2, 3, 3)
+    torch.testing.assert_close(out[1, 2], bare(torch.zeros(0)))
 
 
 @pytest.mark.parametrize("diff", DIFF_METHODS, ids=lambda d: type(d).__name__)
