@@ -43,10 +43,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
-from torch.fx.experimental.proxy_tensor import get_proxy_mode
 
 from ._straight_through import straight_through_argmax as _jax_straight_through_argmax
 from ._torch_bridge import Bridge, check_tensor, jax_to_tensor, tensor_to_jax
+
+try:  # torch >= 2.3; older ones are not refused under make_fx tracing
+    from torch.fx.experimental.proxy_tensor import get_proxy_mode
+except ImportError:  # pragma: no cover
+
+    def get_proxy_mode():
+        return None
+
 
 __all__ = ["ArgMax", "TorchLayer", "from_jax", "straight_through_argmax", "to_jax", "to_torch"]
 
