@@ -207,6 +207,8 @@ def draw(circuit: Circuit, *, decimals: int = 2) -> str:
 
     def add(op):
         if isinstance(op, Repeat):
+            if not op.wires:  # an empty body: nothing happens, nothing to draw
+                return
             pad()
             lo, hi = min(op.wires), max(op.wires)
             for w in range(lo, hi + 1):

@@ -494,7 +494,7 @@ def staircases(ops: list, n: int) -> list:
             low = min(ops[i].wires)
             while (
                 j < len(ops)
-                and min(getattr(ops[j], "wires", (-1,))) == low + (j - i)
+                and min(getattr(ops[j], "wires", None) or (-1,)) == low + (j - i)
                 and _step_key(ops[j]) == key
             ):
                 j += 1

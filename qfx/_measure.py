@@ -129,7 +129,7 @@ def _expvals(state: Array, lcs: tuple[LinearCombination, ...], n: int) -> Array:
             else:
                 h_psi = K.apply_matrix(state, t.matrix, t.wires, n)
                 vals.append(jnp.real(jnp.vdot(state, h_psi)).astype(real_dtype()))
-        out.append(jnp.dot(lc.coeffs, jnp.stack(vals)))
+        out.append(jnp.dot(lc.coeffs, jnp.stack(vals) if vals else jnp.zeros((0,), real_dtype())))
     return jnp.stack(out)
 
 

@@ -192,6 +192,14 @@ def test_nested_repeat_and_its_inverse():
     np.testing.assert_allclose(np.asarray(qfx.state(circ + inv)), _zero(2), atol=1e-5)
 
 
+@pytest.mark.parametrize("n", [3, 10])  # 10: where runs of like gates are grouped into staircases
+def test_empty_repeat_is_a_no_op(n):
+    empty = qfx.Repeat(qfx.Circuit([], num_wires=n), length=2)
+    circ = qfx.Circuit([qfx.RX(0.3, wires=0), empty], num_wires=n)
+    assert float(qfx.expval(circ, qfx.Z(0))) == pytest.approx(np.cos(0.3), abs=1e-6)
+    assert qfx.draw(circ).split("\n")[0].startswith("0: ─RX(0.30)")
+
+
 def test_repeat_repr_and_draw():
     circ = _repeated(_thetas(4, layers=7))
     assert "Repeat(length=7" in repr(circ)

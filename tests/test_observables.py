@@ -137,6 +137,16 @@ def test_linear_combination_constructor():
     assert value == pytest.approx(_dense_value(0.5 * kron(X, I2) - kron(I2, Z), psi), abs=2e-5)
 
 
+def test_empty_linear_combination_is_zero():
+    """The sum of no terms: expectation and variance 0, and a zero gradient."""
+    lc = qfx.LinearCombination(jnp.zeros((0,)), ())
+    circ = qfx.Circuit([qfx.RX(0.3, wires=0), qfx.H(1)])
+    assert float(qfx.expval(circ, lc)) == 0.0 and float(qfx.var(circ, lc)) == 0.0
+    values = qfx.expval(circ, [lc, qfx.Z(0)])
+    np.testing.assert_allclose(values, [0.0, np.cos(0.3)], atol=1e-6)
+    assert float(jax.grad(qfx.expval)(circ, lc).ops[0].theta) == 0.0
+
+
 def test_repr():
     assert repr(qfx.PauliWord({2: "X", 0: "Z"})) == "Z(0) @ X(2)"
     assert repr(qfx.PauliWord()) == "I"
