@@ -712,8 +712,11 @@ class PauliRot(AbstractGate):
         return c * jnp.eye(p.shape[0], dtype=p.dtype) - 1j * s * p
 
     def diagonal(self):
-        if set(self.pauli_word) <= {"I", "Z"}:
-            return jnp.diagonal(self.matrix())
+        if set(self.pauli_word) <= {"I", "Z"}:  # eigenvalues of the word by Kronecker products: no matrix
+            z = np.ones(1)
+            for letter in self.pauli_word:
+                z = np.kron(z, [1, -1] if letter == "Z" else [1, 1])
+            return _phase(-self.theta / 2 * jnp.asarray(z, dtype=real_dtype()))
         return None
 
     def __repr__(self):

@@ -24,7 +24,7 @@ from . import _fusion
 from ._circuit import Repeat
 from ._custom_types import complex_dtype, is_concrete, real_dtype
 from ._fusion import PairedGate, Permutation, batchable, fuse, pair_one_qubit
-from ._gates import AbstractGate, PauliRot
+from ._gates import AbstractGate, Adjoint, PauliRot
 from ._observables import Word
 
 # Dense gates up to this many wires are applied as elementwise slice combinations.
@@ -352,8 +352,9 @@ def apply_gate(state: Array, gate: AbstractGate, n: int, wire_map=None) -> Array
     if kind == "permutation":
         return apply_permutation(state, value[0], value[1], wires, n)
     if kind == "pauli_rotation":
-        c, s = jnp.cos(gate.theta / 2), jnp.sin(gate.theta / 2)
-        word = tuple((wires[i], p) for i, p in enumerate(gate.pauli_word) if p != "I")
+        theta, pauli_word = value
+        c, s = jnp.cos(theta / 2), jnp.sin(theta / 2)
+        word = tuple((wires[i], p) for i, p in enumerate(pauli_word) if p != "I")
         rotated = apply_pauli_word(state, word, n)
         return c.astype(state.dtype) * state - 1j * s.astype(state.dtype) * rotated
     return apply_matrix(state, value, wires, n)
@@ -376,9 +377,9 @@ def _apply_paired_jvp(wires, n, primals, tangents):
 def operator_form(gate: AbstractGate) -> tuple[str, object]:
     """The form in which `apply_gate` applies `gate` (not a fused `Permutation`), and what that form needs:
     `("controlled", gate.control())`, `("diagonal", diagonal)` (an elementwise product),
-    `("permutation", (perm, phases))`, `("pauli_rotation", None)` (a wide `PauliRot`, by flips and phases),
-    `("paired", (A, B))` (a `PairedGate`: one-qubit matrices on its two wires) or `("matrix", matrix)` (a
-    dense product on `gate.wires`)."""
+    `("permutation", (perm, phases))`, `("pauli_rotation", (theta, word))` (a wide `PauliRot` or its
+    adjoint, by flips and phases), `("paired", (A, B))` (a `PairedGate`: one-qubit matrices on its two
+    wires) or `("matrix", matrix)` (a dense product on `gate.wires`)."""
     if isinstance(gate, PairedGate):
         return "paired", (gate.A, gate.B)
     control = gate.control()
@@ -390,9 +391,21 @@ def operator_form(gate: AbstractGate) -> tuple[str, object]:
     perm = gate.permutation()
     if perm is not None:
         return "permutation", perm
-    if isinstance(gate, PauliRot) and len(gate.wires) > _ELEMENTWISE_MAX_WIRES:
-        return "pauli_rotation", None
+    rotation = _wide_pauli_rotation(gate)
+    if rotation is not None:
+        return "pauli_rotation", rotation
     return "matrix", gate.matrix()
+
+
+def _wide_pauli_rotation(gate: AbstractGate) -> tuple[Array, str] | None:
+    """`(theta, pauli_word)` for a `PauliRot` on more than `_ELEMENTWISE_MAX_WIRES` wires, or an `Adjoint`
+    of one (`-theta`): applied by flips and phases, never as a 2**k x 2**k matrix. Else None."""
+    sign = 1
+    while isinstance(gate, Adjoint):
+        gate, sign = gate.base, -sign
+    if isinstance(gate, PauliRot) and len(gate.wires) > _ELEMENTWISE_MAX_WIRES:
+        return sign * gate.theta, gate.pauli_word
+    return None
 
 
 def _apply_controlled(state: Array, control, n: int, wire_map) -> Array:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import qfx
+from qfx._kernels import operator_form
 
 from . import reference as ref
 from .helpers import ALL_GATES, ANGLE_GATES, central_difference, random_state, random_unitary, tree_allclose
@@ -287,6 +288,22 @@ def test_multirz_phases_follow_parity():
     diag = np.diag(np.asarray(qfx.MultiRZ(t, wires=(0, 1, 2)).matrix()))
     parity = np.array([sum(_bits(b, 3)) % 2 for b in range(8)])
     np.testing.assert_allclose(diag, np.exp(-1j * t / 2 * (1 - 2 * parity)), atol=1e-6)
+
+
+@pytest.mark.parametrize("word", ["XYZZY", "ZIZZZ"])
+def test_wide_pauli_rotations_and_their_adjoints_build_no_matrix(word):
+    """A PauliRot on many wires, and its adjoint (which the adjoint method and `Circuit.inverse` make), act
+    by flips and phases or as a diagonal: never through a 2**k x 2**k matrix (4 GiB at k = 14)."""
+    n = len(word)
+    gate = qfx.PauliRot(0.37, word, wires=tuple(reversed(range(n))))
+    expected = "diagonal" if "X" not in word else "pauli_rotation"
+    for g in (gate, qfx.Adjoint(gate), qfx.Adjoint(qfx.Adjoint(gate))):
+        assert operator_form(g)[0] == expected
+    psi = random_state(np.random.default_rng(4), n)
+    m = ref.embed(ref.op_matrix(gate), gate.wires, n)
+    for g, dense in ((gate, m), (qfx.Adjoint(gate), m.conj().T)):
+        out = qfx.state(qfx.Circuit([g], num_wires=n), initial_state=jnp.asarray(psi))
+        np.testing.assert_allclose(np.asarray(out), dense @ psi, atol=2e-6)
 
 
 def test_self_inverse_and_double_adjoint():
