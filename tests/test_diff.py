@@ -230,6 +230,45 @@ def test_adjoint_reverse_over_reverse(x64, loop, monkeypatch):
             assert tree_allclose(got, expected, rtol=1e-9, atol=1e-9), make.__name__
 
 
+@pytest.mark.parametrize("loop", [False, True])
+def test_adjoint_higher_orders_in_matrix_entries(x64, loop, monkeypatch):
+    """QubitUnitary entries can move off the unitary group, where the adjoint's `U^dagger` is not `U^-1`:
+    its walk differentiates the inverse, so Hessians (forward- and reverse-over-reverse) and third
+    derivatives equal backprop's. `loop`: the walk of large states (cotangents from the states after)."""
+    if loop:
+        monkeypatch.setattr(_adjoint, "_LOOP_MIN_WIRES", 1)
+    rng = np.random.default_rng(12)
+    u1, u2 = random_unitary(rng, 2), random_unitary(rng, 4)
+    obs = qfx.Z(0) @ qfx.X(1) + 0.3 * qfx.Y(2)
+
+    def f(diff):
+        def energy(re1, im1, re2, im2, theta):
+            ops = [qfx.H(0), qfx.H(2), qfx.RX(theta, 0), qfx.QubitUnitary(jax.lax.complex(re1, im1), wires=1)]
+            ops += [
+                qfx.RY(0.3, 2),
+                qfx.QubitUnitary(jax.lax.complex(re2, im2), wires=(2, 0)),
+                qfx.RZ(theta / 2, 1),
+            ]
+            return qfx.expval(qfx.Circuit(ops, 3), obs, diff=diff)
+
+        return energy
+
+    args = tuple(jnp.asarray(a) for a in (u1.real, u1.imag, u2.real, u2.imag, 0.4))
+    every = tuple(range(5))
+    adjoint, backprop = f(qfx.diff.Adjoint()), f(qfx.diff.Backprop())
+    expected = jax.jit(jax.hessian(backprop, argnums=every))(*args)
+    got = jax.jit(jax.hessian(adjoint, argnums=every))(*args)
+    assert tree_allclose(got, expected, rtol=1e-9, atol=1e-9)
+    got = jax.jit(jax.jacrev(jax.grad(adjoint, argnums=every), argnums=every))(*args)
+    assert tree_allclose(got, expected, rtol=1e-9, atol=1e-9)
+    if not loop:
+        third = [
+            jax.jit(jax.jacfwd(jax.hessian(lambda re1, g=g: g(re1, *args[1:]))))(args[0])
+            for g in (backprop, adjoint)
+        ]
+        assert tree_allclose(third[1], third[0], rtol=1e-9, atol=1e-9)
+
+
 @pytest.mark.parametrize("count", [2, 3, 4, 5])
 def test_adjoint_loop_gate_counts(x64, count, monkeypatch):
     """The looped walk takes two gates per loop step; an odd count is padded with a step that does

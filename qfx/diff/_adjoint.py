@@ -1,5 +1,7 @@
 """The adjoint method: reverse mode that un-applies gates instead of storing intermediate states."""
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -23,8 +25,9 @@ def _gate_step(gate, pair: Pair, n: int, looped: bool) -> tuple[Pair, list[Array
     """One gate backwards: `pair` before it, and the gate's parameter cotangents.
 
     `pair` is the state after the gate and the bra there. Both move back past the gate by the same
-    un-apply (`U^dagger`, through the same kernel): the state to the state before the gate, and the bra
-    because the cotangent of `U psi` is `U^T lam = conj(U^dagger conj(lam))` in JAX's convention.
+    un-apply (`U^dagger`, through the same kernel): the state to the state before the gate (differentiated
+    as `U^-1`, see `_unapply`), and the bra because the cotangent of `U psi` is
+    `U^T lam = conj(U^dagger conj(lam))` in JAX's convention.
 
     The parameter cotangents are `jax.vjp` of the gate's application with respect to the gate, at the
     state before it: `U_bar[i, j] = sum conj(bra[i]) psi_before[j]` over the other wires for a matrix `U`.
@@ -49,20 +52,42 @@ def _gate_step(gate, pair: Pair, n: int, looped: bool) -> tuple[Pair, list[Array
     kind, value = operator_form(gate)
     if kind == "paired":  # two commuting gates: each is the last one applied, on its own wire
         bars = [_bar_from_after(psi, bra, u, (w,), n) for u, w in zip(value, gate.wires, strict=True)]
-        return (apply_gate(psi, inverse, n), bra_before), bars
+        return (_unapply(gate, psi, n), bra_before), bars
     if looped and kind in ("matrix", "diagonal"):
         u_bar = _bar_from_after(psi, bra, value, gate.wires, n, diagonal=kind == "diagonal")
         _, form_vjp = jax.vjp(lambda g: operator_form(g)[1], gate)
         (gate_bar,) = form_vjp(u_bar)
-        return (apply_gate(psi, inverse, n), bra_before), jax.tree.leaves(gate_bar)
+        return (_unapply(gate, psi, n), bra_before), jax.tree.leaves(gate_bar)
     # Read twice (returned, and by the parameter cotangent): without the barrier XLA fuses the un-apply
     # into both readers and computes it twice, one more pass over the state per gate. Measured (HEA
     # L = 10, adjoint value_and_grad, same script): n = 20 1792-1826 -> 1522-1525 ms, n = 12 3.5-3.6 ->
     # 2.6-2.9 ms, n = 16 unchanged within noise.
-    psi_before = jax.lax.optimization_barrier(apply_gate(psi, inverse, n))
+    psi_before = jax.lax.optimization_barrier(_unapply(gate, psi, n))
     _, gate_vjp = jax.vjp(lambda g: apply_gate(psi_before, g, n), gate)
     (gate_bar,) = gate_vjp(bra.conj())
     return (psi_before, bra_before), jax.tree.leaves(gate_bar)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _unapply(gate, psi: Array, n: int) -> Array:
+    """The state before `gate` from the state after it: `U^dagger psi`, differentiated as `U^-1 psi`.
+
+    The two agree where `U` is unitary, but not their derivatives in directions that leave the unitary
+    group, which a gate whose matrix entries are its parameters (`QubitUnitary`) has: forward-over-reverse
+    (`jax.hessian`) through `U^dagger` would differentiate `U^dagger U psi_before`, which is `psi_before`
+    only on that group. As `U^-1 psi`, the derivative is `U^-1 (dpsi - dU psi_before)`: that of the state
+    the forward pass had, in any direction and at any order.
+    """
+    return apply_gate(psi, gate.adjoint(), n)
+
+
+@_unapply.defjvp
+def _unapply_jvp(n, primals, tangents):
+    gate, psi = primals
+    dgate, dpsi = tangents
+    before = _unapply(gate, psi, n)
+    _, du_before = jax.jvp(lambda g: apply_gate(before, g, n), (gate,), (dgate,))
+    return before, _unapply(gate, dpsi - du_before, n)
 
 
 def _bar_from_after(psi: Array, bra: Array, u: Array, wires, n: int, diagonal: bool = False) -> Array:
@@ -72,8 +97,35 @@ def _bar_from_after(psi: Array, bra: Array, u: Array, wires, n: int, diagonal: b
     _, correlate = jax.vjp(lambda v: apply(psi, v, wires, n), u)
     (c,) = correlate(bra.conj())
     if diagonal:
-        return c * u.conj()
-    return jnp.sum(c[:, :, None] * u.conj()[None, :, :], axis=1)  # a broadcast sum: XLA fuses it, not a dot
+        return c * _inverse_diagonal(u)
+    # A broadcast sum: XLA fuses it, not a dot.
+    return jnp.sum(c[:, :, None] * _inverse_transposed(u)[None, :, :], axis=1)
+
+
+# `U^dagger` stands for `U^-1` in `_bar_from_after` too (`C conj(U)` is `C (U^-1)^T`): these are the two
+# at a unitary point, with the derivatives of the inverse (see `_unapply`).
+@jax.custom_jvp
+def _inverse_transposed(u: Array) -> Array:
+    return u.conj()
+
+
+@_inverse_transposed.defjvp
+def _inverse_transposed_jvp(primals, tangents):
+    (u,), (du,) = primals, tangents
+    inverse = _inverse_transposed(u).T
+    return inverse.T, -(inverse @ du @ inverse).T
+
+
+@jax.custom_jvp
+def _inverse_diagonal(d: Array) -> Array:
+    return d.conj()
+
+
+@_inverse_diagonal.defjvp
+def _inverse_diagonal_jvp(primals, tangents):
+    (d,), (dd,) = primals, tangents
+    inverse = _inverse_diagonal(d)
+    return inverse, -inverse * inverse * dd
 
 
 def _real_view(leaves: list[Array], dtype) -> Array:
