@@ -170,8 +170,8 @@ def autograph(fn: _F) -> _F:
 def _should_convert(f) -> bool:
     if not inspect.isfunction(f) or f.__name__ == "<lambda>":
         return False
-    if getattr(f, "__wrapped_by_qfx_autograph__", False):
-        return False
+    if getattr(f, "__wrapped_by_qfx_autograph__", False) or malt_api.is_autograph_artifact(f):
+        return False  # already converted (e.g. a function defined inside a converted one)
     module = (getattr(f, "__module__", None) or "").split(".")[0]
     return module not in _DO_NOT_CONVERT
 
@@ -537,8 +537,8 @@ def _and(a, b):
     x = a()
     if _is_traced(x):
         return jnp.logical_and(x, b())
-    if _is_measurement(x):
-        return x & b()
+    if _is_measurement(x):  # logical, not bitwise: a sum of outcomes (m0 + m1 == 2) is true
+        return (x != 0) & (b() != 0)
     return x and b()
 
 
@@ -547,5 +547,5 @@ def _or(a, b):
     if _is_traced(x):
         return jnp.logical_or(x, b())
     if _is_measurement(x):
-        return x | b()
+        return (x != 0) | (b() != 0)
     return x or b()

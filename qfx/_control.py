@@ -403,7 +403,8 @@ class Cond(AbstractControlOperation):
     **Arguments:**
 
     - `branches`: one `Circuit` per branch; branch `k` runs when the index is `k` (clamped to range).
-    - `index`: a float scalar leaf holding a traced index, or None.
+    - `index`: a float scalar leaf holding a traced index (rounded when run), or None. Its gradient is
+      zero, but an optimizer with weight decay over all leaves would move it: mask it out.
     - `expr`: a static measurement expression giving the index, or None.
     """
 
@@ -519,7 +520,8 @@ class ForLoop(AbstractControlOperation):
 
     - `body`: a callable pytree (its array leaves are parameters) mapping an int32 index to operations.
     - `length`: the static number of iterations, or None when `num_iterations` is given.
-    - `num_iterations`: a float scalar leaf holding a traced number of iterations, or None.
+    - `num_iterations`: a float scalar leaf holding a traced number of iterations (rounded when run), or
+      None; like `Cond.index`, keep it out of weight decay.
     """
 
     body: Callable

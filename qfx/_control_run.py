@@ -277,6 +277,13 @@ class _Exact:
 # --- the traversal ------------------------------------------------------------------------------------
 
 
+def _as_int(leaf: Array) -> Array:
+    """A branch index or trip count held as a float leaf (see `_control._traced_index`), rounded: an
+    optimizer step over the circuit's leaves may nudge it (1.0 -> 0.99999988), which truncation would
+    turn into another branch."""
+    return jnp.round(leaf).astype(jnp.int32)
+
+
 def _run(ops, carry, sim, program: _Program, alias: dict, path: tuple):
     """Applies `ops` to the carried state with simulator `sim`; loops and branches become JAX control flow."""
 
@@ -302,7 +309,7 @@ def _run(ops, carry, sim, program: _Program, alias: dict, path: tuple):
                 for k, b in enumerate(op.branches)
             ]
             if op.expr is None:
-                carry = jax.lax.switch(op.index.astype(jnp.int32), branches, carry)
+                carry = jax.lax.switch(_as_int(op.index), branches, carry)
             else:
                 carry = sim.switch_on(carry, op.expr, branches, slot)
         elif isinstance(op, ForLoop):
@@ -315,7 +322,7 @@ def _run(ops, carry, sim, program: _Program, alias: dict, path: tuple):
             if op.length is not None:
                 carry, _ = jax.lax.scan(iteration, carry, jnp.arange(op.length, dtype=jnp.int32))
             else:
-                stop = op.num_iterations.astype(jnp.int32)
+                stop = _as_int(op.num_iterations)
                 carry = jax.lax.fori_loop(jnp.int32(0), stop, lambda i, c: iteration(c, i)[0], carry)
         elif isinstance(op, WhileLoop):
 

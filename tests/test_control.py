@@ -543,6 +543,57 @@ def test_autograph_builds_circuits_with_native_control_flow():
     assert built.ops[-1].max_iterations == 3
 
 
+def test_autograph_and_or_on_measurements_are_logical():
+    """`and` / `or` on measurement values are Python's, not bitwise: m0 + m1 == 2 is true."""
+
+    @qfx.autograph
+    def build(mode):
+        m0, m1, m2 = qfx.measure(0), qfx.measure(1), qfx.measure(2)
+        ops = [qfx.X(0), qfx.X(1), qfx.X(2), m0, m1, m2]
+        s = m0 + m1
+        if mode == "and":
+            if s and m2:
+                ops.append(qfx.X(3))
+        elif not s or m2:  # (not 2) or 1
+            ops.append(qfx.X(3))
+        return qfx.Circuit(ops, 4)
+
+    for mode in ("and", "or"):
+        p = qfx.probs(build(mode), wires=(3,), mcm="exact")
+        np.testing.assert_allclose(np.asarray(p), [0.0, 1.0], atol=1e-6)
+
+
+def test_autograph_nested_functions():
+    @qfx.autograph
+    def build(theta):
+        def layer(t):
+            return [qfx.RX(t, wires=0)]
+
+        return qfx.Circuit(layer(theta) + layer(2 * theta))
+
+    assert float(qfx.expval(build(0.3), qfx.Z(0))) == pytest.approx(math.cos(0.9), abs=1e-6)
+
+
+def test_traced_index_and_trip_count_are_rounded():
+    """Float leaves (for jax.grad over the circuit) that an optimizer step nudged still select the same
+    branch and iteration count."""
+    circ = qfx.Circuit(
+        [
+            qfx.switch(jnp.int32(1), [[qfx.X(0)], [qfx.RY(0.5, wires=0)]]),
+            qfx.for_loop(jnp.int32(3), lambda i: [qfx.RX(0.4, wires=1)]),
+        ]
+    )
+    nudged = eqx.tree_at(
+        lambda c: (c.ops[0].index, c.ops[1].num_iterations),
+        circ,
+        (circ.ops[0].index - 1e-6, circ.ops[1].num_iterations - 1e-6),
+    )
+    for c in (circ, nudged):
+        np.testing.assert_allclose(
+            np.asarray(qfx.expval(c, [qfx.Z(0), qfx.Z(1)])), [math.cos(0.5), math.cos(1.2)], atol=1e-5
+        )
+
+
 def test_autograph_helpers_are_converted():
     def helper(state, n):
         for _ in range(n):
