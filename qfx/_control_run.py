@@ -271,7 +271,11 @@ class _Exact:
         if max_iterations is not None:
             return jax.lax.scan(lambda x, _: (step(x), None), x, length=max_iterations)[0]
         eps = float(jnp.finfo(real_dtype()).eps)
-        return jax.lax.while_loop(lambda x: jnp.sum(self.weight(self._mask(x, active))) > eps, step, x)
+
+        def looping(x):  # relative to the weight of all records, which post-selection may have made tiny
+            return jnp.sum(self.weight(self._mask(x, active))) > eps * jnp.sum(self.weight(x))
+
+        return jax.lax.while_loop(looping, step, x)
 
 
 # --- the traversal ------------------------------------------------------------------------------------
@@ -531,8 +535,15 @@ def outcome_probs(
         return jax.nn.one_hot(index, 2**k, dtype=real_dtype())
     weights = final.records.reshape((2,) * s)
     weights = jnp.sum(weights, axis=tuple(a for a in range(s) if a not in slots))
-    ascending = sorted(slots)
-    return weights.transpose([ascending.index(a) for a in slots]).reshape(-1)
+    ascending = sorted(set(slots))
+    if len(ascending) == k:
+        return weights.transpose([ascending.index(a) for a in slots]).reshape(-1)
+    # A measurement asked for twice: its two bits agree, and records where they differ get 0.
+    bits = (np.arange(2**k)[:, None] >> np.arange(k - 1, -1, -1)) & 1
+    place = {a: j for j, a in enumerate(slots)}  # one requested position per slot
+    agree = np.all([bits[:, j] == bits[:, place[a]] for j, a in enumerate(slots)], axis=0)
+    flat = sum(bits[:, place[a]] << (len(ascending) - 1 - i) for i, a in enumerate(ascending))
+    return jnp.where(agree, weights.reshape(-1)[flat], 0).astype(weights.dtype)
 
 
 def initial_state_of(circuit: Circuit, initial_state) -> Array:

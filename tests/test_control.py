@@ -173,6 +173,27 @@ def test_while_loop_without_bound_is_exact_and_sampled():
     assert np.all(np.asarray(outcomes)[:, 0] == 1)  # every trajectory ends in success
 
 
+def test_while_loop_without_bound_after_an_unlikely_post_selection():
+    """The loop runs until the weight still looping is negligible relative to all records' weight, which a
+    post-selection of probability ~1e-6 makes tiny: the loop must not stop early."""
+    ps, m = qfx.measure(0, postselect=1), qfx.measure(1, reset=True)
+    circ = qfx.Circuit([qfx.RY(0.002, wires=0), ps, qfx.H(1), m, qfx.while_loop(m, [qfx.H(1), m])])
+    np.testing.assert_allclose(np.asarray(outcome_probs(circ, m, mcm="exact")), [1, 0], atol=1e-5)
+
+
+def test_outcome_probs_of_a_measurement_asked_twice():
+    m0, m1 = qfx.measure(0), qfx.measure(1)
+    circ = qfx.Circuit([qfx.RY(0.8, wires=0), qfx.RY(1.9, wires=1), m0, m1])
+    p0, p1 = np.sin(0.4) ** 2, np.sin(0.95) ** 2
+    np.testing.assert_allclose(
+        np.asarray(outcome_probs(circ, [m0, m0], mcm="exact")), [1 - p0, 0, 0, p0], atol=1e-6
+    )
+    joint = np.asarray(outcome_probs(circ, [m1, m0], mcm="exact")).reshape(2, 2)
+    np.testing.assert_allclose(joint, np.outer([1 - p1, p1], [1 - p0, p0]), atol=1e-6)
+    triple = np.asarray(outcome_probs(circ, [m1, m0, m1], mcm="exact")).reshape(2, 2, 2)
+    np.testing.assert_allclose(triple, np.einsum("ab,ac->abc", joint, np.eye(2)), atol=1e-6)
+
+
 # --- sampled and exact modes agree, and match a deferred-measurement reference ------------------------
 
 
