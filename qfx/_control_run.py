@@ -392,7 +392,7 @@ def simulate(
     if mode == "sampled":
         record = jnp.zeros(len(program.slots), jnp.int32)
         psi, record, _ = _run(circuit.ops, (psi0, record, key), _Sampled(n), program, program.alias, ())
-        return psi, record
+        return _not_differentiable(psi), record
     sim = _Exact(n, len(program.slots))
     x = _run(circuit.ops, sim.initial(psi0), sim, program, program.alias, ())
     weights = sim.weight(x)
@@ -400,6 +400,21 @@ def simulate(
     rho = jnp.sum(x.reshape(2**sim.S, dim, dim), axis=0)
     total = jnp.sum(weights)
     return Mixed(rho / total.astype(rho.dtype), weights / total), None
+
+
+@jax.custom_jvp
+def _not_differentiable(psi: Array) -> Array:
+    return psi
+
+
+@_not_differentiable.defjvp
+def _not_differentiable_jvp(primals, tangents):
+    # Differentiating one trajectory follows it with its outcomes held fixed, which misses how their
+    # probabilities change: a biased gradient (mean over keys ~0 where the exact one is -0.78), so none.
+    raise ValueError(
+        "mcm='sampled' draws measurement outcomes, and one trajectory's derivative misses how the outcomes' "
+        "probabilities depend on the parameters (a biased gradient). Differentiate with mcm='exact'."
+    )
 
 
 def run_control(circuit, psi0, args, *, pure, mixed, mcm, key, diff, fn: str):

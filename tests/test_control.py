@@ -443,6 +443,20 @@ def test_gradient_through_measurement_branches(x64):
     )
 
 
+def test_sampled_trajectories_are_not_differentiated():
+    """One trajectory's derivative holds its outcomes fixed: a biased gradient, so an error instead."""
+
+    def f(theta, key):
+        m = qfx.measure(0)
+        circ = qfx.Circuit([qfx.RY(theta, wires=0), m, qfx.cond(m, qfx.X(1))])
+        return qfx.expval(circ, qfx.Z(1), mcm="sampled", key=key)
+
+    keys = _keys(4)
+    assert jax.vmap(f, in_axes=(None, 0))(0.8, keys).shape == (4,)  # evaluating is fine
+    with pytest.raises(ValueError, match="mcm='sampled' draws measurement outcomes.*mcm='exact'"):
+        jax.grad(f)(0.8, keys[0])
+
+
 def test_plain_circuits_take_the_old_path():
     circ = qfx.Circuit([qfx.RX(0.3, wires=0), qfx.CNOT((0, 1))])
     assert not qfx._control_run.has_control(circ.ops)
