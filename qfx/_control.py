@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
 import numpy as np
 
-from ._circuit import Circuit, relabel_circuit
+from ._circuit import Circuit, Repeat, relabel_circuit
 from ._custom_types import real_dtype
 from ._gates import AbstractOperation
 
@@ -675,9 +675,32 @@ def while_loop(
             f"qfx.while_loop: max_iterations must be a non-negative int or None, got {max_iterations!r}."
         )
     expr = ("bool", _as_expr(condition, "qfx.while_loop"))
-    return WhileLoop(
-        _as_circuit(body, "qfx.while_loop"), expr, None if max_iterations is None else int(max_iterations)
-    )
+    circuit = _as_circuit(body, "qfx.while_loop")
+    if max_iterations is None and not _may_measure(circuit.ops, _expr_tokens(expr)):
+        raise ValueError(
+            "qfx.while_loop: the body measures none of the outcomes the condition reads, so once true the "
+            "condition stays true and the loop never ends. Measure them in the body, or give max_iterations."
+        )
+    return WhileLoop(circuit, expr, None if max_iterations is None else int(max_iterations))
+
+
+def _expr_tokens(expr: tuple) -> set:
+    if expr[0] == "m":
+        return {expr[2].token}
+    return set().union(*(_expr_tokens(e) for e in expr[1:] if isinstance(e, tuple)))
+
+
+def _may_measure(ops, tokens: set) -> bool:
+    """Whether `ops` may measure one of `tokens` (True when it cannot tell: a for loop body is a function)."""
+    for op in ops:
+        if isinstance(op, MidMeasure) and op.token in tokens:
+            return True
+        if isinstance(op, ForLoop):
+            return True
+        inner = [op.body] if isinstance(op, (WhileLoop, Repeat)) else getattr(op, "branches", ())
+        if any(_may_measure(c.ops, tokens) for c in inner):
+            return True
+    return False
 
 
 # --- drawing ------------------------------------------------------------------------------------------

@@ -842,6 +842,13 @@ def test_operation_errors():
         qfx.measure(-1)
     with pytest.raises(ValueError, match="postselect must be None, 0 or 1"):
         qfx.measure(0, postselect=2)
+    with pytest.raises(ValueError, match="the body measures none of the outcomes the condition reads"):
+        qfx.while_loop(m, [qfx.RX(0.3, wires=0)])  # would never end
+    other = qfx.measure(1)
+    with pytest.raises(ValueError, match="the body measures none"):
+        qfx.while_loop(m | ~m, [qfx.cond(other, [qfx.X(0)]), other])
+    qfx.while_loop(m, [qfx.cond(other, [qfx.X(0), m])])  # measured in a branch: fine
+    qfx.while_loop(m, [qfx.RX(0.3, wires=0)], max_iterations=3)  # bounded: fine
     with pytest.raises(TypeError, match="expected an operation, a list of operations or a Circuit"):
         qfx.cond(m, 3)
     with pytest.raises(ValueError, match="must be a scalar, got shape"):
