@@ -213,6 +213,14 @@ class _Exact:
     most significant), then the `n` row wires, then the `n` column wires of a density matrix."""
 
     def __init__(self, n, num_slots):
+        need = 2.0 ** (num_slots + 2 * n) * complex_dtype().itemsize
+        if need > K._memory_limit_bytes():
+            raise ValueError(
+                f"mcm='exact' keeps a density matrix per record of outcomes: {num_slots} measurements on "
+                f"{n} wires need {K._format_bytes(need)} (2**{num_slots + 2 * n} amplitudes), but this "
+                f"device has {K._format_bytes(K._memory_limit_bytes())}. Use mcm='sampled' with a key per "
+                "shot."
+            )
         self.n, self.S = n, num_slots
         self.rows = {w: num_slots + w for w in range(n)}
         self.cols = {w: num_slots + n + w for w in range(n)}

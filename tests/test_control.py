@@ -849,6 +849,9 @@ def test_operation_errors():
         qfx.while_loop(m | ~m, [qfx.cond(other, [qfx.X(0)]), other])
     qfx.while_loop(m, [qfx.cond(other, [qfx.X(0), m])])  # measured in a branch: fine
     qfx.while_loop(m, [qfx.RX(0.3, wires=0)], max_iterations=3)  # bounded: fine
+    many = qfx.Circuit([qfx.H(0)] + [qfx.measure(0) for _ in range(40)])
+    with pytest.raises(ValueError, match=r"mcm='exact' keeps a density matrix per record.*2\*\*42"):
+        qfx.probs(many, mcm="exact")  # 2**40 records of a 2x2 density matrix: raise, do not allocate
     with pytest.raises(TypeError, match="expected an operation, a list of operations or a Circuit"):
         qfx.cond(m, 3)
     with pytest.raises(ValueError, match="must be a scalar, got shape"):
