@@ -407,6 +407,7 @@ def simulate(
     dim = 2**n
     rho = jnp.sum(x.reshape(2**sim.S, dim, dim), axis=0)
     total = jnp.sum(weights)
+    total = eqx.error_if(total, total <= 0, "mcm='exact': the post-selected outcomes have probability 0.")
     return Mixed(rho / total.astype(rho.dtype), weights / total), None
 
 

@@ -263,6 +263,8 @@ def test_postselection_and_reset():
     impossible = qfx.Circuit([qfx.measure(0, postselect=1)])
     with pytest.raises(Exception, match="post-selected outcome has probability 0"):
         jax.block_until_ready(probs(impossible, mcm="sampled", key=jax.random.key(0)))
+    with pytest.raises(Exception, match="post-selected outcomes have probability 0"):  # not NaN
+        jax.block_until_ready(probs(impossible, mcm="exact"))
 
 
 def test_sampled_state_is_the_normalised_post_measurement_state():
