@@ -142,6 +142,19 @@ class Repeat(AbstractOperation):
         self.body = body
         self.length = int(length)
 
+    def check_layers(self) -> None:
+        """Raises unless every leaf still stacks `length` layers: a transformation of the leaves (say
+        `jax.tree.map(lambda x: x[:2], circuit)`) does not rerun `__init__`, and a short stack would be
+        read past its end. Static (shapes only), so it holds under `jit` and inside `vmap`."""
+        for leaf in jax.tree.leaves(self.body):
+            shape = np.shape(leaf)
+            if not shape or shape[0] != self.length:
+                raise ValueError(
+                    f"Repeat: length={self.length}, but a parameter of its body has shape {shape}, whose "
+                    "leading axis should be the layers. Rebuild the block (qfx.repeat) after changing the "
+                    "number of layers; a batch of circuits is evaluated with jax.vmap."
+                )
+
     @property
     def wires(self):
         return tuple(sorted({w for op in self.body.ops for w in op.wires}))

@@ -748,7 +748,7 @@ class QubitUnitary(AbstractGate):
         U = U.astype(complex_dtype())
         if is_concrete(U):
             err = float(jnp.max(jnp.abs(U.conj().T @ U - jnp.eye(dim, dtype=U.dtype))))
-            if err > _unitarity_tolerance(U.dtype):
+            if not err <= _unitarity_tolerance(U.dtype):  # NaN fails too
                 raise ValueError(
                     f"QubitUnitary(wires={self._wires}): the matrix is not unitary "
                     f"(max |U^dagger U - I| = {err:.3g}); pass a unitary matrix."

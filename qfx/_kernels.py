@@ -566,6 +566,8 @@ def run(ops, state: Array, n: int) -> Array:
         ops = pair_one_qubit(ops)
     for op in staircases(ops, n):
         if isinstance(op, Repeat):
+            op.check_layers()
+
             # Checkpointed: reverse mode keeps one state per layer and recomputes inside the layer,
             # instead of saving every gate's intermediates for every layer.
             @jax.checkpoint

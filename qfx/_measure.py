@@ -62,12 +62,13 @@ def _initial_state(circuit: Circuit, initial_state) -> Array:
     norm = jnp.sum(jnp.real(psi * psi.conj()))
     tol = 1e-4 if psi.dtype == jnp.complex64 else 1e-10
     if is_concrete(norm):
-        if abs(float(norm) - 1) > tol:
+        if not abs(float(norm) - 1) <= tol:  # NaN fails too
             raise ValueError(
                 f"initial_state is not normalised: its squared norm is {float(norm):.6g}, expected 1."
             )
         return psi
-    return eqx.error_if(psi, jnp.abs(norm - 1) > tol, "initial_state is not normalised (squared norm != 1).")
+    bad = ~(jnp.abs(norm - 1) <= tol)  # NaN fails too
+    return eqx.error_if(psi, bad, "initial_state is not normalised (squared norm != 1).")
 
 
 def _check_wires_in(circuit: Circuit, wires, what: str) -> None:

@@ -178,7 +178,7 @@ class Hermitian(AbstractObservable):
         if is_concrete(matrix):
             err = float(jnp.max(jnp.abs(matrix - matrix.conj().T)))
             scale = max(1.0, float(jnp.max(jnp.abs(matrix))))
-            if err > 1e-5 * scale:
+            if not err <= 1e-5 * scale:  # NaN fails too
                 raise ValueError(
                     f"Hermitian(wires={self._wires}): the matrix is not Hermitian "
                     f"(max |M - M^dagger| = {err:.3g})."

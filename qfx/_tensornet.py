@@ -20,6 +20,7 @@ the gate most significant), so controlled and diagonal gates need no special cas
 """
 
 from collections.abc import Sequence
+import copy
 import dataclasses
 import functools
 import itertools
@@ -135,6 +136,8 @@ def _close(inputs, output, recipe, optimize) -> _Network:
     if len(inputs) == 1:
         path, flops, largest = ((0,),), 0.0, 2 ** len(inputs[0])
     else:
+        if not isinstance(optimize, str):  # an optimizer object serves one contraction: a copy each
+            optimize = copy.deepcopy(optimize)
         path, info = opt_einsum.contract_path(equation, *shapes, shapes=True, optimize=optimize)
         path, flops, largest = tuple(map(tuple, path)), float(info.opt_cost), int(info.largest_intermediate)
     return _Network(inputs, output, tuple(recipe), path, flops, largest)
@@ -223,7 +226,9 @@ def _unroll(ops) -> list[tuple[AbstractGate, int | None]]:
     for op in ops:
         if not isinstance(op, Repeat):
             out.append((op, None))
-        elif any(isinstance(inner, Repeat) for inner in op.body.ops):
+            continue
+        op.check_layers()
+        if any(isinstance(inner, Repeat) for inner in op.body.ops):
             for i in range(op.length):  # nested blocks: slice the outer layers
                 out.extend(_unroll(op.layer(i).ops))
         else:
@@ -520,6 +525,8 @@ class TensorNetwork(eqx.Module):
         one = jnp.ones((), real_dtype())
         out = [
             jnp.dot(lc.coeffs, jnp.stack([one if s is None else values[s] for s in ss]))
+            if ss
+            else jnp.zeros((), real_dtype())  # no terms
             for lc, ss in zip(observables, slots, strict=True)
         ]
         return jnp.stack(out)
@@ -534,6 +541,8 @@ class TensorNetwork(eqx.Module):
                 f"({need / 2**30:.3g} GiB), more than the device's {limit / 2**30:.3g} GiB; with "
                 "backend=qfx.TensorNetwork() ask for a few wires, e.g. qfx.probs(circuit, wires=(0, 1), ...)."
             )
+        if not wires:  # the marginal of nothing: the norm
+            return jnp.ones((1,), real_dtype())
         net = _probs_network(_skeleton(circuit.ops), tuple(wires), self.optimize)
         (value,) = self._evaluate([net], _Operands(_unroll(circuit.ops), _needed([net])))
         return jnp.real(value).reshape(-1).astype(real_dtype())
@@ -666,9 +675,11 @@ def _bitstring(circuit: Circuit, bitstring) -> Array:
             "For several bitstrings, map with jax.vmap."
         )
     bits = bits.astype(jnp.int32)
-    if is_concrete(bits) and bool(jnp.any((bits != 0) & (bits != 1))):
-        raise ValueError(f"qfx.amplitude: bits must be 0 or 1, got {np.asarray(bits).tolist()}.")
-    return bits
+    if is_concrete(bits):
+        if bool(jnp.any((bits != 0) & (bits != 1))):
+            raise ValueError(f"qfx.amplitude: bits must be 0 or 1, got {np.asarray(bits).tolist()}.")
+        return bits
+    return eqx.error_if(bits, jnp.any((bits != 0) & (bits != 1)), "qfx.amplitude: bits must be 0 or 1.")
 
 
 def amplitude(

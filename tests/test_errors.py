@@ -71,6 +71,12 @@ CASES = [
         re.escape("QubitUnitary(wires=(0,)): the matrix is not unitary"),
     ),
     (
+        "nan_unitary",
+        lambda: qfx.QubitUnitary(np.full((2, 2), np.nan), wires=0),
+        ValueError,
+        re.escape("the matrix is not unitary (max |U^dagger U - I| = nan)"),
+    ),
+    (
         "qubit_unitary_shape",
         lambda: qfx.QubitUnitary(np.eye(2), wires=(0, 1)),
         ValueError,
@@ -79,6 +85,12 @@ CASES = [
     (
         "non_hermitian",
         lambda: qfx.Hermitian(np.array([[0, 1], [0, 0]]), wires=0),
+        ValueError,
+        "the matrix is not Hermitian",
+    ),
+    (
+        "nan_hermitian",
+        lambda: qfx.Hermitian(np.array([[np.nan, 0], [0, 1]]), wires=0),
         ValueError,
         "the matrix is not Hermitian",
     ),
@@ -262,6 +274,12 @@ CASES = [
         lambda: qfx.state(C2, initial_state=np.ones(4)),
         ValueError,
         "initial_state is not normalised: its squared norm is 4",
+    ),
+    (
+        "state_nan",
+        lambda: qfx.state(C2, initial_state=np.array([np.nan, 0, 0, 0])),
+        ValueError,
+        "initial_state is not normalised: its squared norm is nan",
     ),
     (
         "state_too_big",

@@ -13,6 +13,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import opt_einsum
 import pytest
 
 import qfx
@@ -458,6 +459,32 @@ def test_errors():
         qfx.amplitude(circ, "00", diff="backprop")
     with pytest.raises(TypeError, match="qfx.amplitude: backend must be None"):
         qfx.amplitude(circ, "00", backend="tn")
+
+
+def test_edge_cases():
+    """An optimizer object serves every network (a copy each); no terms, no wires; bits checked under
+    jit; a Repeat whose leaves were sliced to fewer layers than its length raises on both backends."""
+    circ = qfx.Circuit([qfx.H(0), qfx.RX(0.3, wires=1), qfx.CNOT((0, 2)), qfx.RY(0.7, wires=2)])
+    obs = qfx.Z(0) @ qfx.Z(2) + 0.5 * qfx.X(1) + qfx.Y(2)
+    greedy = qfx.TensorNetwork(optimize=opt_einsum.RandomGreedy(max_repeats=4))
+    assert float(qfx.expval(circ, obs, backend=greedy)) == pytest.approx(
+        float(qfx.expval(circ, obs)), abs=1e-5
+    )
+    np.testing.assert_allclose(qfx.amplitude(circ, "110", backend=greedy), qfx.state(circ)[6], atol=1e-6)
+    empty = qfx.LinearCombination(jnp.zeros((0,)), ())
+    assert float(qfx.expval(circ, empty, backend=TN)) == 0.0
+    np.testing.assert_allclose(qfx.probs(circ, wires=(), backend=TN), [1.0], atol=1e-6)
+    amp = jax.jit(lambda bits: qfx.amplitude(circ, bits, backend=TN))
+    np.testing.assert_allclose(amp(jnp.asarray([1, 1, 0])), qfx.state(circ)[6], atol=1e-6)
+    with pytest.raises(Exception, match="bits must be 0 or 1"):  # raised through jax.jit
+        jax.block_until_ready(amp(jnp.asarray([2, 0, 0])))
+    layers = qfx.repeat(lambda t: [qfx.RX(t, wires=0)], jnp.asarray([0.1, 0.2, 0.3]), num_wires=1)
+    sliced = jax.tree.map(lambda x: x[:2], qfx.Circuit([layers]))
+    for backend in (None, TN):
+        with pytest.raises(
+            ValueError, match=r"Repeat: length=3, but a parameter of its body has shape \(2,\)"
+        ):
+            qfx.expval(sliced, qfx.Z(0), backend=backend)
 
 
 def test_networks_too_large_for_the_device_raise(monkeypatch):
