@@ -35,6 +35,7 @@ import opt_einsum
 
 from . import _cutensornet, _kernels
 from ._circuit import Circuit, Repeat
+from ._control_run import has_control, run_control
 from ._custom_types import complex_dtype, is_concrete, real_dtype
 from ._gates import AbstractGate
 from ._observables import Hermitian, LinearCombination, PauliWord
@@ -720,6 +721,19 @@ def amplitude(
     if backend is None:
         n = circuit.num_wires
         index = jnp.sum(bits * (2 ** jnp.arange(n - 1, -1, -1, dtype=jnp.int32)))
+        if has_control(circuit.ops):  # loops and conditionals (a pure state: no measurements)
+            pure = lambda psi, i: psi[i]  # noqa: E731
+            return run_control(
+                circuit,
+                _kernels.zero_state(n),
+                index,
+                pure=pure,
+                mixed=None,
+                mcm=None,
+                key=None,
+                diff=diff,
+                fn="amplitude",
+            )
         return diff(lambda psi, i: psi[i], circuit, _kernels.zero_state(n), index)
     _check_backend(backend, "amplitude")
     return _differentiate(diff, lambda c, b: backend.amplitude(c, b), circuit, bits, linear=False)

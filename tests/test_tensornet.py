@@ -461,6 +461,10 @@ def test_errors():
         qfx.amplitude(circ, "00", backend="tn")
 
 
+def _rx_on_0(i):
+    return [qfx.RX(0.4, wires=0)]
+
+
 def test_edge_cases():
     """An optimizer object serves every network (a copy each); no terms, no wires; bits checked under
     jit; a Repeat whose leaves were sliced to fewer layers than its length raises on both backends."""
@@ -478,6 +482,8 @@ def test_edge_cases():
     np.testing.assert_allclose(amp(jnp.asarray([1, 1, 0])), qfx.state(circ)[6], atol=1e-6)
     with pytest.raises(Exception, match="bits must be 0 or 1"):  # raised through jax.jit
         jax.block_until_ready(amp(jnp.asarray([2, 0, 0])))
+    looped = qfx.Circuit([qfx.H(1), qfx.for_loop(3, _rx_on_0)])  # control flow: the state-vector path
+    np.testing.assert_allclose(qfx.amplitude(looped, "11"), qfx.state(looped)[3], atol=1e-6)
     layers = qfx.repeat(lambda t: [qfx.RX(t, wires=0)], jnp.asarray([0.1, 0.2, 0.3]), num_wires=1)
     sliced = jax.tree.map(lambda x: x[:2], qfx.Circuit([layers]))
     for backend in (None, TN):
