@@ -41,6 +41,12 @@ def _check_circuit(circuit, fn: str) -> None:
         raise TypeError(
             f"qfx.{fn}: expected a qfx.Circuit as the first argument, got {type(circuit).__name__}."
         )
+    used = max((w for op in circuit.ops for w in op.wires), default=-1)
+    if used >= circuit.num_wires:  # `Circuit` checks this, but `eqx.tree_at` edits skip its __init__
+        raise ValueError(
+            f"qfx.{fn}: an operation acts on wire {used}, but the circuit has {circuit.num_wires} wires; "
+            "build a new qfx.Circuit (with num_wires=...) after replacing operations."
+        )
 
 
 def _check_diff(diff, fn: str) -> None:

@@ -276,6 +276,12 @@ CASES = [
         "initial_state is not normalised: its squared norm is 4",
     ),
     (
+        "edited_onto_a_missing_wire",
+        lambda: qfx.expval(eqx.tree_at(lambda c: c.ops[0], C2, qfx.H(5)), qfx.Z(0)),
+        ValueError,
+        "qfx.expval: an operation acts on wire 5, but the circuit has 2 wires",
+    ),
+    (
         "state_nan",
         lambda: qfx.state(C2, initial_state=np.array([np.nan, 0, 0, 0])),
         ValueError,
