@@ -64,7 +64,7 @@ class Circuit(eqx.Module):
         used = max((w for op in ops for w in op.wires), default=-1) + 1
         if num_wires is None:
             num_wires = max(used, 1)
-        if not isinstance(num_wires, (int, np.integer)) or num_wires < 1:
+        if not isinstance(num_wires, (int, np.integer)) or isinstance(num_wires, bool) or num_wires < 1:
             raise ValueError(f"Circuit: num_wires must be a positive int, got {num_wires!r}.")
         for op in ops:
             bad = [w for w in op.wires if w >= num_wires]
@@ -135,7 +135,7 @@ class Repeat(AbstractOperation):
             if length is not None and length != found:
                 raise ValueError(f"Repeat: length={length}, but the body's leaves stack {found} layers.")
             length = found
-        if length is None or not isinstance(length, (int, np.integer)) or length < 0:
+        if not isinstance(length, (int, np.integer)) or isinstance(length, bool) or length < 0:  # None too
             raise ValueError(
                 f"Repeat: pass length= (a non-negative int) for a body with no parameters, got {length!r}."
             )

@@ -378,8 +378,8 @@ def _check_optimize(optimize):
         except KeyError:
             raise ValueError(
                 f"TensorNetwork: optimize={optimize!r} is not an opt_einsum path optimizer; use one of "
-                "'auto', 'auto-hq', 'greedy', 'random-greedy', 'dp', 'optimal', or an "
-                "opt_einsum.paths.PathOptimizer instance."
+                "'auto', 'auto-hq', 'greedy', 'random-greedy', 'dp', or an opt_einsum.paths.PathOptimizer "
+                "instance ('optimal' and 'branch-*' search exhaustively: only for a few tensors)."
             ) from None
     elif not isinstance(optimize, opt_einsum.paths.PathOptimizer):
         raise TypeError(

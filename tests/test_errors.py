@@ -217,6 +217,18 @@ CASES = [
         "num_wires must be a positive int",
     ),
     (
+        "num_wires_bool",
+        lambda: qfx.Circuit([qfx.H(0)], num_wires=True),
+        ValueError,
+        "num_wires must be a positive int, got True",
+    ),
+    (
+        "repeat_length_bool",
+        lambda: qfx.Repeat(qfx.Circuit([qfx.H(0)]), length=True),
+        ValueError,
+        "pass length= \\(a non-negative int\\) for a body with no parameters, got True",
+    ),
+    (
         "repeat_without_leading_axis",
         lambda: qfx.Repeat(qfx.Circuit([qfx.RX(0.1, wires=0)])),
         ValueError,
