@@ -37,17 +37,23 @@ from ._gates import AbstractGate, AbstractOperation
 ABSORB_STRUCTURED_MAX_WIRES = 4
 
 
-class FusedGate(AbstractGate):
-    """A dense matrix standing for a product of gates; produced by fusion, not built by users."""
+class _DerivedGate(AbstractGate):
+    """A gate that fusion derives from others, not built by users: its wires are a static `_wires` field
+    of the subclass, and it has no shift rule of its own."""
 
-    U: Array
-    _wires: tuple[int, ...] = eqx.field(static=True)
     num_wires: ClassVar[None] = None
     shift_rules: ClassVar[None] = None
 
     @property
     def wires(self):
         return self._wires
+
+
+class FusedGate(_DerivedGate):
+    """A dense matrix standing for a product of gates; produced by fusion, not built by users."""
+
+    U: Array
+    _wires: tuple[int, ...] = eqx.field(static=True)
 
     def matrix(self):
         return self.U
@@ -62,7 +68,7 @@ class FusedGate(AbstractGate):
 PAIR_MAX_WIRES = 8
 
 
-class PairedGate(AbstractGate):
+class PairedGate(_DerivedGate):
     """Two dense one-qubit gates on different wires, `A` on `wires[0]` and `B` on `wires[1]`; produced by
     `pair_one_qubit`, not built by users.
 
@@ -75,12 +81,6 @@ class PairedGate(AbstractGate):
     A: Array
     B: Array
     _wires: tuple[int, int] = eqx.field(static=True)
-    num_wires: ClassVar[None] = None
-    shift_rules: ClassVar[None] = None
-
-    @property
-    def wires(self):
-        return self._wires
 
     def matrix(self):
         return jnp.kron(self.A, self.B)

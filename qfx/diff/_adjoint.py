@@ -96,36 +96,27 @@ def _bar_from_after(psi: Array, bra: Array, u: Array, wires, n: int, diagonal: b
     apply = apply_diagonal if diagonal else apply_matrix
     _, correlate = jax.vjp(lambda v: apply(psi, v, wires, n), u)
     (c,) = correlate(bra.conj())
+    inverse_t = _inverse_transposed(u, diagonal)
     if diagonal:
-        return c * _inverse_diagonal(u)
+        return c * inverse_t
     # A broadcast sum: XLA fuses it, not a dot.
-    return jnp.sum(c[:, :, None] * _inverse_transposed(u)[None, :, :], axis=1)
+    return jnp.sum(c[:, :, None] * inverse_t[None, :, :], axis=1)
 
 
-# `U^dagger` stands for `U^-1` in `_bar_from_after` too (`C conj(U)` is `C (U^-1)^T`): these are the two
-# at a unitary point, with the derivatives of the inverse (see `_unapply`).
-@jax.custom_jvp
-def _inverse_transposed(u: Array) -> Array:
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _inverse_transposed(u: Array, diagonal: bool) -> Array:
+    """`conj(u)`, differentiated as `(U^-1)^T` (for a diagonal, `1 / d`): the two agree at a unitary point,
+    and `C conj(U)` in `_bar_from_after` stands for `C (U^-1)^T` (see `_unapply`)."""
     return u.conj()
 
 
 @_inverse_transposed.defjvp
-def _inverse_transposed_jvp(primals, tangents):
+def _inverse_transposed_jvp(diagonal, primals, tangents):
     (u,), (du,) = primals, tangents
-    inverse = _inverse_transposed(u).T
-    return inverse.T, -(inverse @ du @ inverse).T
-
-
-@jax.custom_jvp
-def _inverse_diagonal(d: Array) -> Array:
-    return d.conj()
-
-
-@_inverse_diagonal.defjvp
-def _inverse_diagonal_jvp(primals, tangents):
-    (d,), (dd,) = primals, tangents
-    inverse = _inverse_diagonal(d)
-    return inverse, -inverse * inverse * dd
+    inverse_t = _inverse_transposed(u, diagonal)
+    if diagonal:
+        return inverse_t, -inverse_t * inverse_t * du
+    return inverse_t, -(inverse_t.T @ du @ inverse_t.T).T
 
 
 def _real_view(leaves: list[Array], dtype) -> Array:
