@@ -36,7 +36,7 @@ from ._control import (
     _format,
     measure,
 )
-from ._custom_types import complex_dtype, real_dtype
+from ._custom_types import EXACT, complex_dtype, real_dtype
 from ._gates import AbstractGate, AbstractOperation
 from ._observables import LinearCombination, PauliWord
 from .diff import Backprop
@@ -247,7 +247,7 @@ class _Exact:
                 block = jnp.zeros_like(block)
             to = 0 if op.reset else outcome
             e = jnp.zeros((2, 2), x.dtype).at[to, to].set(1)
-            blocks.append(jnp.einsum("abcdef,xy->abcxdeyf", block, e))
+            blocks.append(jnp.einsum("abcdef,xy->abcxdeyf", block, e, precision=EXACT))
         return jnp.stack(blocks, axis=1).reshape(-1)
 
     def _mask(self, x, mask: Array) -> Array:
@@ -482,7 +482,7 @@ def mixed_density_matrix(rho: Array, wires: tuple[int, ...]) -> Array:
     k = len(wires)
     perm = list(wires) + rest + [n + w for w in wires] + [n + w for w in rest]
     t = rho.reshape((2,) * 2 * n).transpose(perm).reshape(2**k, 2 ** (n - k), 2**k, 2 ** (n - k))
-    return jnp.einsum("ajbj->ab", t)
+    return jnp.einsum("ajbj->ab", t, precision=EXACT)
 
 
 def _bits(index: Array, k: int) -> Array:

@@ -1,4 +1,4 @@
-"""Type aliases and the default dtypes, which follow `jax_enable_x64`."""
+"""Type aliases, the default dtypes (which follow `jax_enable_x64`) and the precision of contractions."""
 
 from collections.abc import Sequence
 
@@ -11,6 +11,11 @@ import numpy as np
 State = Complex[Array, " dim"]
 RealScalarLike = Float[ArrayLike, ""]
 Wires = tuple[int, ...]
+
+# Every dot and einsum in qfx asks for the full precision of its dtype. XLA's default precision for float32
+# and complex64 dots on NVIDIA GPUs since Ampere is TF32 (a 10-bit mantissa): on an H100 it moved expectation
+# values by ~1e-4 and made the unitarity check refuse exactly unitary matrices. The CPU ignores the flag.
+EXACT = jax.lax.Precision.HIGHEST
 
 
 def complex_dtype() -> np.dtype:

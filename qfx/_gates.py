@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
 import numpy as np
 
-from ._custom_types import check_wires, complex_dtype, is_concrete, real_dtype
+from ._custom_types import EXACT, check_wires, complex_dtype, is_concrete, real_dtype
 from ._observables import AbstractObservable, pauli_word_matrix
 
 # A shift rule for one parameter: terms (coefficient, shift) with df/dt = sum_k c_k f(t + s_k).
@@ -747,7 +747,8 @@ class QubitUnitary(AbstractGate):
             )
         U = U.astype(complex_dtype())
         if is_concrete(U):
-            err = float(jnp.max(jnp.abs(U.conj().T @ U - jnp.eye(dim, dtype=U.dtype))))
+            gram = jnp.matmul(U.conj().T, U, precision=EXACT)
+            err = float(jnp.max(jnp.abs(gram - jnp.eye(dim, dtype=U.dtype))))
             if not err <= _unitarity_tolerance(U.dtype):  # NaN fails too
                 raise ValueError(
                     f"QubitUnitary(wires={self._wires}): the matrix is not unitary "

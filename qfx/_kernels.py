@@ -22,7 +22,7 @@ import numpy as np
 
 from . import _fusion
 from ._circuit import Repeat
-from ._custom_types import complex_dtype, is_concrete, real_dtype
+from ._custom_types import EXACT, complex_dtype, is_concrete, real_dtype
 from ._fusion import PairedGate, Permutation, batchable, fuse, pair_one_qubit
 from ._gates import AbstractGate, Adjoint, PauliRot
 from ._observables import Word
@@ -271,7 +271,9 @@ def apply_matrix(state: Array, matrix: Array, wires: tuple[int, ...], n: int) ->
         else:
             out = _dense_small(view, matrix, axes, False)
     else:
-        out = jnp.tensordot(matrix.reshape((2,) * 2 * k), view, axes=(list(range(k, 2 * k)), list(axes)))
+        out = jnp.tensordot(
+            matrix.reshape((2,) * 2 * k), view, axes=(list(range(k, 2 * k)), list(axes)), precision=EXACT
+        )
         out = jnp.moveaxis(out, list(range(k)), list(axes))
     return out.reshape(state.shape)
 
@@ -674,4 +676,4 @@ def reduced_density_matrix(state: Array, wires: tuple[int, ...], n: int) -> Arra
     """The reduced density matrix of `wires` (in that order), tracing out the others."""
     t = jnp.moveaxis(state.reshape((2,) * n), list(wires), list(range(len(wires))))
     a = t.reshape(2 ** len(wires), -1)
-    return a @ a.conj().T
+    return jnp.matmul(a, a.conj().T, precision=EXACT)

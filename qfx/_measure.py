@@ -27,7 +27,7 @@ from ._control_run import (
     mixed_vars,
     run_control,
 )
-from ._custom_types import complex_dtype, is_concrete, real_dtype
+from ._custom_types import EXACT, complex_dtype, is_concrete, real_dtype
 from ._gates import Hadamard, S
 from ._observables import AbstractObservable, LinearCombination, PauliWord, as_linear_combination
 from ._tensornet import TensorNetwork, backend_expval, backend_probs
@@ -135,8 +135,9 @@ def _expvals(state: Array, lcs: tuple[LinearCombination, ...], n: int) -> Array:
                 vals.append(pauli[words.index(t.word)])
             else:
                 h_psi = K.apply_matrix(state, t.matrix, t.wires, n)
-                vals.append(jnp.real(jnp.vdot(state, h_psi)).astype(real_dtype()))
-        out.append(jnp.dot(lc.coeffs, jnp.stack(vals) if vals else jnp.zeros((0,), real_dtype())))
+                vals.append(jnp.real(jnp.vdot(state, h_psi, precision=EXACT)).astype(real_dtype()))
+        vals = jnp.stack(vals) if vals else jnp.zeros((0,), real_dtype())
+        out.append(jnp.dot(lc.coeffs, vals, precision=EXACT))
     return jnp.stack(out)
 
 
@@ -204,7 +205,7 @@ def _estimates(state, lcs, key, shots: int, n: int) -> Array:
         key = keys[0]
         vals = [_term_estimate(state, t, kt, shots, n) for t, kt in zip(lc.terms, keys[1:], strict=True)]
         # Sampling is marked per term, so the estimate stays differentiable in the coefficients.
-        out.append(jnp.dot(lc.coeffs, _sampled(jnp.stack(vals), state)))
+        out.append(jnp.dot(lc.coeffs, _sampled(jnp.stack(vals), state), precision=EXACT))
     return jnp.stack(out)
 
 

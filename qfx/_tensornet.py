@@ -36,7 +36,7 @@ import opt_einsum
 from . import _cutensornet, _kernels
 from ._circuit import Circuit, Repeat
 from ._control_run import has_control, run_control
-from ._custom_types import complex_dtype, is_concrete, real_dtype
+from ._custom_types import EXACT, complex_dtype, is_concrete, real_dtype
 from ._gates import AbstractGate
 from ._observables import Hermitian, LinearCombination, PauliWord
 from .diff import AbstractDiffMethod, Backprop, FiniteDiff, ParameterShift
@@ -466,7 +466,7 @@ class TensorNetwork(eqx.Module):
         if self.contractor == "jax":
             sym = opt_einsum.get_symbol
             equation = ",".join("".join(sym(m) for m in t) for t in inputs) + "->" + "".join(map(sym, output))
-            return jnp.einsum(equation, *operands, optimize=list(path), precision=jax.lax.Precision.HIGHEST)
+            return jnp.einsum(equation, *operands, optimize=list(path), precision=EXACT)
         return _cutensornet.contract(self.contractor, inputs, output, path, operands)
 
     def _evaluate(self, nets: list[_Network], ops: _Operands, terms=None) -> list[Array]:
@@ -525,7 +525,7 @@ class TensorNetwork(eqx.Module):
         values = [jnp.real(v).astype(real_dtype()) for v in values]
         one = jnp.ones((), real_dtype())
         out = [
-            jnp.dot(lc.coeffs, jnp.stack([one if s is None else values[s] for s in ss]))
+            jnp.dot(lc.coeffs, jnp.stack([one if s is None else values[s] for s in ss]), precision=EXACT)
             if ss
             else jnp.zeros((), real_dtype())  # no terms
             for lc, ss in zip(observables, slots, strict=True)

@@ -333,3 +333,50 @@ def test_backprop_through_shots_raises():
     np.testing.assert_allclose(
         float(grad.coeffs[0]), float(qfx.expval(circ, qfx.Z(0), shots=200, key=jax.random.key(0)))
     )
+
+
+# --- precision of contractions ---------------------------------------------------------------------
+
+
+def _dot_precisions(jaxpr) -> list:
+    """The `precision` of every dot_general in `jaxpr` and the jaxprs nested in it (scan, cond, jit,
+    custom_jvp/vjp bodies)."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            found.append(eqn.params["precision"])
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(sub, jax.extend.core.ClosedJaxpr):
+                    found += _dot_precisions(sub.jaxpr)
+                elif isinstance(sub, jax.extend.core.Jaxpr):
+                    found += _dot_precisions(sub)
+    return found
+
+
+def test_every_contraction_asks_for_full_precision():
+    # XLA's default float32 dot on NVIDIA GPUs is TF32 (10-bit mantissa): qfx asks for HIGHEST everywhere.
+    # The CPU ignores the flag, so this reads the traced programs rather than comparing numbers.
+    rng = np.random.default_rng(0)
+    wide = qfx.QubitUnitary(random_unitary(rng, 8), wires=(0, 2, 3))  # a tensordot, not elementwise
+    angles = random_circuit(rng, N, 8, ANGLE_GATES)
+    circ = qfx.Circuit([*angles.ops, wide])
+    obs = 0.5 * qfx.Hermitian(_herm(rng, 2), wires=1) + qfx.Z(0) @ qfx.X(3) - 0.2 * qfx.Y(2)
+    m = qfx.measure(0)
+    mid = qfx.Circuit([qfx.RY(0.3, 0), qfx.H(1), m, qfx.cond(m, qfx.X(1)), wide])
+    tn = qfx.TensorNetwork()
+    programs = {
+        "state": lambda c: qfx.state(c),
+        "density_matrix": lambda c: qfx.density_matrix(c, (1, 2)),
+        "exact mid-circuit": lambda c: qfx.density_matrix(mid, (1, 2), mcm="exact"),
+        "tensor network": lambda c: qfx.expval(c, obs, backend=tn),
+    }
+    for method in (qfx.diff.Backprop(), qfx.diff.Adjoint(), qfx.diff.ParameterShift(), qfx.diff.FiniteDiff()):
+        programs[f"grad {type(method).__name__}"] = jax.grad(
+            lambda c, d=method: qfx.expval(qfx.Circuit([*c.ops, wide]), obs, diff=d)
+        )
+    for name, fn in programs.items():
+        precisions = _dot_precisions(jax.make_jaxpr(fn)(angles if name.startswith("grad") else circ).jaxpr)
+        assert precisions, f"{name}: no contraction traced (the check would be vacuous)"
+        highest = (jax.lax.Precision.HIGHEST, jax.lax.Precision.HIGHEST)
+        assert all(p == highest for p in precisions), f"{name}: {precisions}"

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 from jaxtyping import Array
 
 from .._circuit import Repeat
+from .._custom_types import EXACT
 from .._fusion import fuse, pair_one_qubit
 from .._kernels import apply_diagonal, apply_gate, apply_matrix, operator_form, run
 from ._base import AbstractDiffMethod, check_gates_only
@@ -116,7 +117,8 @@ def _inverse_transposed_jvp(diagonal, primals, tangents):
     inverse_t = _inverse_transposed(u, diagonal)
     if diagonal:
         return inverse_t, -inverse_t * inverse_t * du
-    return inverse_t, -(inverse_t.T @ du @ inverse_t.T).T
+    inverse = inverse_t.T
+    return inverse_t, -jnp.matmul(jnp.matmul(inverse, du, precision=EXACT), inverse, precision=EXACT).T
 
 
 def _real_view(leaves: list[Array], dtype) -> Array:

@@ -17,6 +17,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, PyTree
 import numpy as np
 
+from .._custom_types import EXACT
+
 # A rule for one real coordinate: terms (coefficient, shift) with df/dx = sum_k c_k f(x + s_k).
 Rule = tuple[tuple[float, float], ...]
 # States of this many bytes, over all evaluations in one chunk, are kept in memory at once.
@@ -137,4 +139,4 @@ def shifted_jvp(
         chunk,
     )
     weights = jnp.asarray(coeff, dtype) * t[index]
-    return jnp.tensordot(weights.astype(values.dtype), values, axes=1)
+    return jnp.tensordot(weights.astype(values.dtype), values, axes=1, precision=EXACT)
