@@ -20,6 +20,11 @@ starts inside a buffer may not be). The bridge copies, on purpose, in these case
 Tensors that require grad are detached (no copy). JAX -> Torch is always zero-copy: each output buffer is
 fresh and owned by the returned tensor alone.
 
+**Devices.** A call runs where its inputs are, and its results come back there: CPU tensors run on JAX's
+CPU device even where JAX's default device is a GPU (arguments that enter as NumPy views, and arrays the
+function creates, would otherwise land on the GPU), CUDA tensors on their GPU. Inputs on different devices
+are refused with an error that names them.
+
 **Immutability.** A JAX array made from a torch buffer would change if torch later wrote that buffer in
 place. The only such arrays the bridge keeps beyond a call are VJP residuals that happen to be an input
 (kept for the backward, see `Bridge`), and every backward first reads the saved inputs, so torch's
@@ -29,6 +34,7 @@ JAX computation to finish, so an input may be written as soon as the call return
 """
 
 from collections.abc import Callable
+import contextlib
 import functools
 import inspect
 import math
@@ -61,6 +67,7 @@ _COMPLEX = frozenset({torch.complex64, torch.complex128})
 _DIFFERENTIABLE = _FLOATING | _COMPLEX
 _NEEDS_X64 = frozenset({torch.float64, torch.complex128})
 _DLPACK_CPU = 1  # DLDeviceType.kDLCPU
+_DLPACK_CUDA = 2  # DLDeviceType.kDLCUDA
 
 
 # --- tensors across -------------------------------------------------------------------------------
@@ -112,6 +119,90 @@ def _fast_paths() -> tuple[Any, Any]:
     return to_jax, to_torch
 
 
+@functools.cache
+def _cpu_device() -> jax.Device:
+    return jax.devices("cpu")[0]
+
+
+def _placement(tensors) -> contextlib.AbstractContextManager:
+    """Where a call on `tensors` runs (see "Devices" in the module docstring): JAX's CPU device for CPU
+    tensors; for others the device of their (committed) arrays, after checking that it is one device."""
+    if all(t.is_cpu for t in tensors):
+        return jax.default_device(_cpu_device())
+    devices = {t.device for t in tensors}
+    if len(devices) > 1:
+        names = ", ".join(sorted(map(str, devices)))
+        raise ValueError(
+            f"qfx.torch: the input tensors are on different devices ({names}); a JAX call runs on one "
+            "device: move them to one with .to(device)."
+        )
+    return contextlib.nullcontext()
+
+
+@functools.cache
+def _cuda_paths(index: int) -> tuple[Any, Any]:
+    """The converters for CUDA tensors on device `index`, checked once on a probe tensor, or (None, None).
+
+    On an H100 machine the public functions cost ~115 us per tensor torch -> JAX (torch's `__dlpack__`
+    orders the streams in Python, JAX re-wraps the array) and ~15-23 us JAX -> torch; this path ~50 and ~5
+    us (`benchmarks/README.md`). The streams are ordered as the public functions order them. Import: JAX's
+    stream for external producers is made to wait for torch's current stream (an event), and is handed to
+    PJRT, which appends to it the event JAX waits for before it reads the buffer. Export: JAX makes torch's
+    current stream wait until the buffer is written. So torch work queued before a call is seen by it, and
+    torch work queued after it sees its results.
+    """
+    current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    gpu = [d for d in jax.devices() if d.platform == "gpu" and d.local_hardware_id == index]
+    if _jax_ext is None or _JAXLIB_EXT < 467 or current_stream is None or not gpu:  # pragma: no cover
+        return None, None
+    device, cuda = gpu[0], torch.device("cuda", index)
+    streams: dict[int, torch.cuda.Stream] = {}  # raw handle -> torch's Stream object (cheap lookups)
+
+    def torch_stream(raw: int) -> torch.cuda.Stream:
+        if raw not in streams:
+            wrap = torch.cuda.ExternalStream if raw else lambda _, device: torch.cuda.default_stream(device)
+            streams[raw] = wrap(raw, device=cuda)
+        return streams[raw]
+
+    def to_jax(t):
+        ready = device.get_stream_for_external_ready_events()
+        event = torch.cuda.Event()
+        event.record(torch_stream(current_stream(index)))
+        torch_stream(ready).wait_event(event)
+        return _jax_ext.dlpack_managed_tensor_to_buffer(
+            torch.utils.dlpack.to_dlpack(t), device, ready, None, _DLPACK_CUDA
+        )
+
+    def to_torch(a):
+        # DLPack's convention: 1 names CUDA's legacy default stream, which torch reports as 0.
+        stream = current_stream(index) or 1
+        return torch.utils.dlpack.from_dlpack(_jax_ext.buffer_to_dlpack_managed_tensor(a, stream=stream))
+
+    try:
+        probe = torch.arange(16, dtype=torch.float32, device=f"cuda:{index}")
+        a = to_jax(probe)
+        b = jax.device_put(np.arange(16, dtype=np.float32), device)
+        t = to_torch(b)
+        ok = (
+            a.unsafe_buffer_pointer() == probe.data_ptr()
+            and np.array_equal(np.asarray(a), probe.cpu().numpy())
+            and t.data_ptr() == b.unsafe_buffer_pointer()
+            and np.array_equal(t.cpu().numpy(), np.asarray(b))
+        )
+    except Exception:  # noqa: BLE001 - any failure means: use the public functions
+        ok = False
+    return (to_jax, to_torch) if ok else (None, None)
+
+
+def _converters(tensors) -> tuple[Any, Any]:
+    """(to_jax, to_torch) for tensors on one device: the fast paths of that device, or (None, None)."""
+    if all(t.is_cpu for t in tensors):
+        return _fast_paths()
+    if tensors[0].is_cuda:
+        return _cuda_paths(tensors[0].device.index)
+    return None, None  # pragma: no cover - no other device passes `check_tensor`
+
+
 def _prepare(t: torch.Tensor) -> torch.Tensor:
     """Makes `t` exportable by DLPack: detached, contiguous, no lazy conjugate or negative bit."""
     if t.requires_grad:
@@ -128,10 +219,9 @@ def _prepare(t: torch.Tensor) -> torch.Tensor:
 def tensor_to_jax(t: torch.Tensor) -> jax.Array:
     """A torch tensor as a JAX array on the same device; zero-copy when the module docstring says so."""
     t = _prepare(t)
-    if t.device.type == "cpu":
-        to_jax, _ = _fast_paths()
-        if to_jax is not None:
-            return to_jax(t)
+    to_jax, _ = _converters((t,))
+    if to_jax is not None:
+        return to_jax(t)
     return jax.dlpack.from_dlpack(t)
 
 
@@ -152,8 +242,12 @@ def jax_to_tensor(a: jax.Array) -> torch.Tensor:
     """A JAX array as a torch tensor on the same device, zero-copy."""
     if not isinstance(a, jax.Array):
         a = jnp.asarray(a)
-    _, to_torch = _fast_paths()
-    if to_torch is not None and a.__dlpack_device__()[0] == _DLPACK_CPU:
+    kind, index = a.__dlpack_device__()
+    if kind == _DLPACK_CPU:
+        _, to_torch = _fast_paths()
+    else:
+        _, to_torch = _cuda_paths(index) if kind == _DLPACK_CUDA else (None, None)
+    if to_torch is not None:
         return to_torch(a)
     return torch.from_dlpack(a)
 
@@ -394,21 +488,23 @@ class Bridge:
         return self._c_apply(*tensors)
 
     def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        to_jax, to_torch = _fast_paths() if all(t.is_cpu for t in tensors) else (None, None)
+        placement = _placement(tensors)
+        to_jax, to_torch = _converters(tensors) if tensors else (None, None)
         try:
-            if to_jax is not None and self.jit:
+            if to_jax is not None and self.jit and tensors[0].is_cpu:
                 arrays = [_cpu_argument(_prepare(t), to_jax) for t in tensors]
             else:
                 arrays = [to_jax(_prepare(t)) if to_jax else tensor_to_jax(t) for t in tensors]
         except RuntimeError as e:
             raise _export_error(e) from e
         needs = getattr(_handoff, "needs", None)
-        if needs is None:
-            outs = self.call(*arrays)
-        else:
-            _handoff.needs = None
-            outs, kept = self.keeping(needs)(*arrays)
-            _handoff.kept = (needs, kept)
+        with placement:
+            if needs is None:
+                outs = self.call(*arrays)
+            else:
+                _handoff.needs = None
+                outs, kept = self.keeping(needs)(*arrays)
+                _handoff.kept = (needs, kept)
         seen = {t.data_ptr() for t in tensors}
         result = []
         for o in outs:
@@ -450,19 +546,21 @@ class Bridge:
     def pull_kept(self, kept: _Kept, cts) -> tuple[torch.Tensor, ...]:
         """Torch gradients of the inputs a forward kept `kept` for, given torch cotangents of its
         differentiable outputs."""
+        to_jax, to_torch = _converters(cts) if cts else (None, None)
         if kept.how[0] == "grads":
             (ct,) = cts
             ct = ct.reshape(())
-            return tuple(ct * jax_to_tensor(g) for g in kept.arrays)
+            return tuple(ct * (to_torch(g) if to_torch else jax_to_tensor(g)) for g in kept.arrays)
         try:
-            arrays = [tensor_to_jax(c) for c in cts]
+            arrays = [to_jax(_prepare(c)) if to_jax else tensor_to_jax(c) for c in cts]
         except RuntimeError as e:
             raise _export_error(e) from e
-        grads = self._pull_kept(kept, *arrays)
+        with _placement(cts):
+            grads = self._pull_kept(kept, *arrays)
         seen = {c.data_ptr() for c in cts}
         result = []
         for g in grads:
-            t = jax_to_tensor(g)
+            t = to_torch(g) if to_torch and isinstance(g, jax.Array) else jax_to_tensor(g)
             if t.numel():
                 if t.data_ptr() in seen:  # a pullback may return a cotangent as it is (y = x)
                     t = t.clone()

@@ -17,6 +17,10 @@ untraced (`jit=False`) function, and small CPU inputs (at most 64 KiB) of a call
 than to import; see
 `qfx/_torch_bridge.py` for the rules and why they keep JAX's immutability.
 
+**Devices.** A call runs where its input tensors are and returns its results there: CUDA tensors on their
+GPU (torch's current stream and JAX's are ordered both ways, so nothing waits on the host), CPU tensors on
+JAX's CPU device even when JAX's default device is a GPU. Inputs on different devices raise an error.
+
 **Complex numbers.** For a real loss L of z = x + iy, torch's gradient is dL/dx + i dL/dy (so that
 `z - lr * z.grad` descends) and JAX's is its conjugate, dL/dx - i dL/dy; the bridge conjugates
 cotangents on the way in and gradients on the way out, so `z.grad` follows torch's convention and

@@ -3,6 +3,7 @@
 import copy
 import gc
 import io
+import os
 import pickle
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from .helpers import tree_allclose
 torch = pytest.importorskip("torch")
 import torch.autograd.forward_ad as fwad  # noqa: E402 - needs torch, so after the importorskip
 
-from qfx._torch_bridge import _PACK_MAX_BYTES, Bridge, _cpu_argument, _fast_paths  # noqa: E402
+from qfx._torch_bridge import _PACK_MAX_BYTES, Bridge, _cpu_argument, _cuda_paths, _fast_paths  # noqa: E402
 import qfx.torch as qt  # noqa: E402
 
 DIFF_METHODS = [qfx.diff.Backprop(), qfx.diff.Adjoint(), qfx.diff.ParameterShift(), qfx.diff.FiniteDiff()]
@@ -100,7 +101,7 @@ def test_to_jax_and_from_jax_are_zero_copy():
     a = qt.to_jax(t)
     assert a.unsafe_buffer_pointer() == t.data_ptr()
     np.testing.assert_array_equal(np.asarray(a), t.numpy())
-    b = jnp.arange(6, dtype=jnp.float32) * 2
+    b = jax.device_put(jnp.arange(6, dtype=jnp.float32) * 2, jax.devices("cpu")[0])  # CPU on GPU machines too
     u = qt.from_jax(b)
     assert u.data_ptr() == b.unsafe_buffer_pointer()
     np.testing.assert_array_equal(u.numpy(), np.asarray(b))
@@ -133,6 +134,37 @@ def test_outputs_never_alias_inputs():
     out_a.add_(1.0)
     np.testing.assert_array_equal(a.numpy(), np.ones(4))
     np.testing.assert_array_equal(out_a2.numpy(), np.ones(4))
+
+
+_PLACEMENT_SCRIPT = """
+import jax, jax.numpy as jnp, torch
+cpu0, cpu1 = jax.devices("cpu")
+jax.config.update("jax_default_device", cpu1)  # stands in for a GPU that JAX prefers
+from qfx import _torch_bridge as bridge
+import qfx.torch as qt
+seen = []  # the devices of every array the bridge hands to torch
+real, (to_jax, to_torch) = bridge.jax_to_tensor, bridge._fast_paths()
+bridge.jax_to_tensor = lambda a: seen.append(a.devices()) or real(a)
+bridge._fast_paths = lambda: (to_jax, lambda a: seen.append(a.devices()) or to_torch(a))
+f = qt.to_torch(lambda a, b: (jnp.sin(a) * b, jnp.zeros(2)))
+a, b = torch.rand(3, requires_grad=True), torch.rand(3)  # small: enter the jitted call as NumPy views
+out, _ = f(a, b)
+out.sum().backward()
+assert a.grad.shape == (3,), a.grad
+assert seen and all(d == {cpu0} for d in seen), seen
+print("ok")
+"""
+
+
+def test_cpu_tensors_run_on_the_cpu_device_whatever_jaxs_default():
+    # On a GPU machine JAX's default device is the GPU; CPU tensors (which DLPack imports to the CPU device)
+    # must still run there and come back as CPU tensors. Two CPU devices, the default set to the second,
+    # stand in for that here.
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    proc = subprocess.run(
+        [sys.executable, "-c", _PLACEMENT_SCRIPT], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
 
 
 def test_in_place_write_between_forward_and_backward_is_caught():
@@ -382,8 +414,9 @@ def test_one_entry_outputs_of_any_shape(shape):
 
 
 def _live_jax_bytes() -> int:
+    """Bytes of the live JAX arrays on the CPU, where calls on CPU tensors run (also on a GPU machine)."""
     gc.collect()
-    return sum(a.nbytes for a in jax.live_arrays())
+    return sum(a.nbytes for a in jax.live_arrays("cpu"))
 
 
 def test_kept_residuals_are_freed_by_the_backward():
@@ -734,3 +767,28 @@ def test_cuda_tensors_stay_on_cuda():
     assert a.unsafe_buffer_pointer() == theta.data_ptr()
     layer = qt.TorchLayer(layer_circuit, SHAPES, device="cuda")
     assert layer(torch.rand(8, 2, device="cuda")).device.type == "cuda"
+    # CPU tensors run on JAX's CPU device, though JAX's default is the GPU, and come back on the CPU.
+    theta_cpu, x_cpu = _inputs()
+    out_cpu = qt.to_torch(scalar)(theta_cpu, x_cpu)
+    out_cpu.backward()
+    assert out_cpu.device.type == theta_cpu.grad.device.type == "cpu"
+    np.testing.assert_allclose(out_cpu.item(), out.item(), rtol=1e-5)
+    np.testing.assert_allclose(theta_cpu.grad.numpy(), theta.grad.cpu().numpy(), rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match="different devices \\(cpu, cuda:0\\)"):
+        qt.to_torch(scalar)(theta_cpu, x)
+
+
+@pytest.mark.gpu
+@cuda
+def test_cuda_fast_paths_keep_the_streams_in_order():
+    assert _cuda_paths(0) != (None, None)  # the extension converters passed their probe on this machine
+    # Queue a lot of torch work on the input, then read it in JAX and the result back in torch at once: a
+    # missing stream handshake either way would read stale or unwritten memory.
+    double = qt.to_torch(lambda a: a * 2)
+    for _ in range(3):
+        x = torch.zeros(1 << 24, device="cuda")
+        for _ in range(50):
+            x.add_(1.0)
+        y = double(x)
+        assert y.device == x.device
+        assert torch.all(y == 100.0).item()
