@@ -55,6 +55,8 @@ from jaxtyping import Array
 import numpy as np
 import opt_einsum
 
+from ._custom_types import EXACT
+
 _INSTALL = (
     "pip install 'qfx[gpu]' (cuquantum-python-cu12 and cupy-cuda12x; on CUDA 13: "
     "cuquantum-python-cu13 and cupy-cuda13x), with a CUDA build of JAX (pip install 'jax[cuda12]')"
@@ -108,7 +110,7 @@ class AbstractEngine(abc.ABC):
 
 
 def _einsum(spec: Spec, operands) -> Array:
-    return jnp.einsum(spec.equation, *operands, optimize=list(spec.path), precision=jax.lax.Precision.HIGHEST)
+    return jnp.einsum(spec.equation, *operands, optimize=list(spec.path), precision=EXACT)
 
 
 def _fallback(spec: Spec, dtype) -> bool:
@@ -353,7 +355,10 @@ class CuTensorNetEngine(AbstractEngine):
             net, stream, _ = self._run(spec, ctx, operands)
             with stream:
                 (og,) = self._arrays([output_gradient])
-                for buffer, g in zip(grads, net.gradients(og, stream=stream), strict=True):
+                with warnings.catch_warnings():  # "an experimental API" (cuquantum-python 26): noise to users
+                    warnings.filterwarnings("ignore", r"Network.gradients\(\)", UserWarning)
+                    gradients = net.gradients(og, stream=stream)
+                for buffer, g in zip(grads, gradients, strict=True):
                     self.cp.asarray(buffer)[...] = g
 
 

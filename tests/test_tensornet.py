@@ -314,6 +314,13 @@ def test_probs_and_amplitude_at_60_qubits():
 # --- the cuTensorNet bridge, with the CPU stand-in -------------------------------------------------
 
 
+@pytest.fixture
+def on_cpu():
+    """The stand-in reads its buffers with NumPy: on a GPU machine its tests run on JAX's CPU device."""
+    with jax.default_device(jax.devices("cpu")[0]):
+        yield
+
+
 def _standin_setup(seed=11):
     rng = np.random.default_rng(seed)
     circ = random_circuit(rng, 4, 10, ANGLE_GATES)
@@ -321,6 +328,7 @@ def _standin_setup(seed=11):
     return circ, obs
 
 
+@pytest.mark.usefixtures("on_cpu")
 def test_bridge_values_and_gradients_through_callbacks():
     engine = _cutensornet.EinsumEngine()
     tn = qfx.TensorNetwork(contractor=engine)
@@ -345,6 +353,7 @@ def test_bridge_values_and_gradients_through_callbacks():
     assert tree_allclose(others(circ, tn), others(circ, TN), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.usefixtures("on_cpu")
 def test_bridge_batches_without_a_host_loop():
     engine = _cutensornet.EinsumEngine()
     tn = qfx.TensorNetwork(contractor=engine)
@@ -366,6 +375,7 @@ def test_bridge_batches_without_a_host_loop():
     assert tree_allclose(vg(one, tn), vg(one, TN), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.usefixtures("on_cpu")
 def test_bridge_stacked_terms_and_nested_vmap():
     # jit(vmap(vmap(value_and_grad))) over circuits whose congruent terms are stacked (a batch mode inside
     # the expectation value): three batch modes on one network per shape, in one callback each.
@@ -398,6 +408,7 @@ def test_bridge_stacked_terms_and_nested_vmap():
     assert tree_allclose(g(thetas[:1], tn), g(thetas[:1], None), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.usefixtures("on_cpu")
 def test_bridge_falls_back_when_the_engine_would_slice():
     tn = qfx.TensorNetwork(contractor=_cutensornet.EinsumEngine(max_intermediate=4))
     circ, obs = _standin_setup()
@@ -411,6 +422,7 @@ def test_bridge_falls_back_when_the_engine_would_slice():
     assert tree_allclose(grads, grad(circ, TN), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.usefixtures("on_cpu")
 def test_bridge_is_reverse_mode_only():
     tn = qfx.TensorNetwork(contractor=_cutensornet.EinsumEngine())
     circ, obs = _standin_setup()
