@@ -4,6 +4,7 @@ Prints a table; asserts nothing. Targets (issue 5): at most 50 us of overhead pe
 circuit, and at most 10% at a batch of 1024 inputs.
 
     python benchmarks/torch_overhead.py [--number 200] [--rounds 20]
+    python benchmarks/torch_overhead.py --device cuda   # torch CUDA tensors and JAX on the same GPU
 
 Each row times the same JAX function two ways: jitted and called directly on JAX arrays (blocking on the
 result), and called through `qfx.torch` on torch tensors (whose outputs are ready when they return).
@@ -76,28 +77,36 @@ def best_us(fns, number: int, rounds: int) -> list[tuple[float, float]]:
     return [tuple(b) for b in best]
 
 
-def rows_for_batch(batch: int, theta_np: np.ndarray, number: int, rounds: int, rng) -> list[tuple]:
+def rows_for_batch(
+    batch: int, theta_np: np.ndarray, number: int, rounds: int, rng, device: str = "cpu"
+) -> list[tuple]:
     x_np = rng.uniform(0, np.pi, (batch, N_WIRES)).astype(np.float32)
     x_j, th_j = jnp.asarray(x_np), jnp.asarray(theta_np)
-    x_t, th_t = torch.tensor(x_np), torch.tensor(theta_np)  # torch's own (aligned) buffers
+    x_t, th_t = torch.tensor(x_np, device=device), torch.tensor(theta_np, device=device)  # own buffers
     th_req = th_t.clone().requires_grad_()
+    # A torch call on CUDA returns once its work is queued: wait for it, as block_until_ready does for JAX.
+    sync = torch.cuda.synchronize if device == "cuda" else lambda: None
 
     # Forward only: to_torch, and TorchLayer (the module call: parameter dict, reshape, checks).
     f_jax = jax.jit(batched)
     f_torch = qfx.torch.to_torch(batched)
-    layer = qfx.torch.TorchLayer(circuit, {"theta": (2, N_WIRES)}, init={"theta": th_t})
+    layer = qfx.torch.TorchLayer(circuit, {"theta": (2, N_WIRES)}, init={"theta": th_t}, device=device)
 
     def layer_no_grad():
         with torch.no_grad():  # inference: nothing kept for a backward
-            return layer(x_t)
+            layer(x_t)
+        sync()
+
+    def layer_grad_on():
+        layer(x_t)  # grad on: the forward also keeps JAX's VJP residuals
+        sync()
+
+    def torch_forward():
+        f_torch(x_t, th_t)
+        sync()
 
     jax_us, torch_us, layer_us, layer_grad_us = best_us(
-        [
-            lambda: f_jax(x_j, th_j).block_until_ready(),
-            lambda: f_torch(x_t, th_t),
-            layer_no_grad,
-            lambda: layer(x_t),  # grad on: the forward also keeps JAX's VJP residuals
-        ],
+        [lambda: f_jax(x_j, th_j).block_until_ready(), torch_forward, layer_no_grad, layer_grad_on],
         number,
         rounds,
     )
@@ -114,14 +123,16 @@ def rows_for_batch(batch: int, theta_np: np.ndarray, number: int, rounds: int, r
     def step_torch():
         th_req.grad = None
         loss_torch(x_t, th_req).backward()
+        sync()
 
     # The same loss computed on the torch side of a TorchLayer: the bridge's output is the (batch, 4)
     # expectation values, whose backward applies the VJP residuals the forward kept.
-    layer_req = qfx.torch.TorchLayer(circuit, {"theta": (2, N_WIRES)}, init={"theta": th_t})
+    layer_req = qfx.torch.TorchLayer(circuit, {"theta": (2, N_WIRES)}, init={"theta": th_t}, device=device)
 
     def step_layer():
         layer_req.theta.grad = None
         layer_req(x_t).pow(2).sum().backward()
+        sync()
 
     jax_us, torch_us, layer_us = best_us(
         [lambda: jax.block_until_ready(vg_jax(x_j, th_j)), step_torch, step_layer],
@@ -172,15 +183,17 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--number", type=int, default=200, help="consecutive calls per round, batch 1")
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="the torch tensors' device")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     theta_np = rng.uniform(0, 2 * np.pi, (2, N_WIRES)).astype(np.float32)
     big = max(args.number // 40, 2)
-    rows = rows_for_batch(1, theta_np, args.number, args.rounds, rng)
-    rows += rows_for_batch(1024, theta_np, big, args.rounds, rng)
+    rows = rows_for_batch(1, theta_np, args.number, args.rounds, rng, args.device)
+    rows += rows_for_batch(1024, theta_np, big, args.rounds, rng, args.device)
 
     print(
-        f"qfx {qfx.__version__}, jax {jax.__version__}, torch {torch.__version__}, device {jax.devices()[0]}"
+        f"qfx {qfx.__version__}, jax {jax.__version__}, torch {torch.__version__}, JAX device "
+        f"{jax.devices()[0]}, torch tensors on {args.device}"
     )
     print(
         f"{N_WIRES}-qubit circuit, 2 layers; best of {args.rounds} rounds of {args.number} calls (batch 1) "
@@ -198,6 +211,8 @@ def main():
                 f"{over / jax_us[k]:>10.1%}"
             )
         print()
+    if args.device != "cpu":
+        return
     print("input preparation of one bridge call (us, median), right after:")
     for name, us in after_pause_us(1024, theta_np, 200, rng):
         print(f"  {name:<28}{us:>8.1f}")
