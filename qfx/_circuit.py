@@ -11,6 +11,8 @@ from ._gates import AbstractGate, AbstractOperation
 
 
 def _validate_ops(ops, where: str) -> tuple[AbstractOperation, ...]:
+    if isinstance(ops, AbstractOperation):
+        raise TypeError(f"{where}: expected a sequence of operations, got one, {ops!r}; wrap it in a list.")
     ops = tuple(ops)
     for i, op in enumerate(ops):
         if isinstance(op, Circuit):

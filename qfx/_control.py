@@ -33,7 +33,7 @@ from jaxtyping import Array, ArrayLike
 import numpy as np
 
 from ._circuit import Circuit, Repeat, relabel_circuit
-from ._custom_types import real_dtype
+from ._custom_types import as_numeric, real_dtype
 from ._gates import AbstractOperation
 
 # --- measurement identity -----------------------------------------------------------------------------
@@ -387,7 +387,7 @@ def _union_wires(ops) -> tuple[int, ...]:
 def _traced_index(value, what: str) -> Array:
     """A traced (or concrete) predicate or branch index, held as a float leaf so that `jax.grad` over a
     circuit holding it works (its gradient is zero)."""
-    value = jnp.asarray(value)
+    value = as_numeric(value, f"{what}: the predicate or index")
     if value.shape != ():
         raise ValueError(f"{what}: the predicate or index must be a scalar, got shape {value.shape}.")
     if jnp.issubdtype(value.dtype, jnp.inexact):

@@ -36,7 +36,7 @@ from ._control import (
     _format,
     measure,
 )
-from ._custom_types import EXACT, complex_dtype, real_dtype
+from ._custom_types import EXACT, as_numeric, check_key, complex_dtype, real_dtype
 from ._gates import AbstractGate, AbstractOperation
 from ._observables import LinearCombination, PauliWord
 from .diff import Backprop
@@ -381,6 +381,8 @@ def _check_mode(circuit: Circuit, program: _Program, mcm, key, diff, fn: str) ->
         )
     if mcm == "exact" and key is not None:
         raise ValueError(f"qfx.{fn}: mcm='exact' uses no randomness; drop key= (or use mcm='sampled').")
+    if key is not None:
+        check_key(key, f"qfx.{fn}")
     return mcm
 
 
@@ -573,7 +575,7 @@ def outcome_probs(
 def initial_state_of(circuit: Circuit, initial_state) -> Array:
     if initial_state is None:
         return K.zero_state(circuit.num_wires)
-    psi = jnp.asarray(initial_state).astype(complex_dtype())
+    psi = as_numeric(initial_state, "initial_state").astype(complex_dtype())
     if psi.shape != (2**circuit.num_wires,):
         raise ValueError(
             f"initial_state: expected shape ({2**circuit.num_wires},) for {circuit.num_wires} wires, "
@@ -643,6 +645,7 @@ def apply(op: "AbstractOperation | Circuit", state: Array, *, key: PRNGKeyArray 
         raise ValueError(
             "qfx.apply: the operation holds mid-circuit measurements; pass key=jax.random.key(0)."
         )
+    check_key(key, "qfx.apply")
     record = jnp.zeros(len(program.slots), jnp.int32)
     return _run(ops, (state, record, key), _Sampled(n), program, program.alias, ())[0]
 

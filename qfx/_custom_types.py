@@ -33,17 +33,81 @@ def is_concrete(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
+def as_numeric(value, what: str) -> Array:
+    """`jnp.asarray(value)` for numbers and arrays of numbers; for anything else (a string, None, an object)
+    a TypeError that names `what`, where JAX's own error would name neither the gate nor the argument."""
+    if value is None or isinstance(value, (str, bytes)):
+        raise TypeError(f"{what} must be a number or an array of numbers, got {value!r}.")
+    try:
+        array = jnp.asarray(value)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{what} must be a number or an array of numbers, got {value!r}.") from e
+    if not (jnp.issubdtype(array.dtype, jnp.number) or array.dtype == jnp.bool_):
+        raise TypeError(f"{what} must be a number or an array of numbers, got dtype {array.dtype}.")
+    return array
+
+
+def check_key(key, what: str) -> None:
+    """A TypeError naming `what` unless `key` is a JAX PRNG key: a typed key (`jax.random.key`) or a raw
+    uint32 one (`jax.random.PRNGKey`); JAX's own error would name neither the function nor the argument."""
+    dtype = getattr(key, "dtype", None)
+    if dtype is not None and (
+        jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key) or (dtype == np.uint32 and np.ndim(key) >= 1)
+    ):
+        return
+    raise TypeError(f"{what}: key must be a PRNG key such as jax.random.key(0), got {key!r}.")
+
+
+def static_int(value) -> int | None:
+    """`value` as a Python int when it holds one statically: an int, a NumPy integer or a concrete 0-d
+    integer array (NumPy or JAX). None otherwise, for bools and traced values too."""
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if (
+        isinstance(value, (np.ndarray, jax.Array))
+        and value.shape == ()
+        and jnp.issubdtype(value.dtype, jnp.integer)
+        and is_concrete(value)
+    ):
+        return int(value)
+    return None
+
+
+def _wire_list(wires) -> list | None:
+    """The entries of `wires` (one wire, a sequence, a concrete 1-d array), or None if it is none of them."""
+    if static_int(wires) is not None:
+        return [wires]
+    if isinstance(wires, Sequence) and not isinstance(wires, str):
+        return list(wires)
+    if isinstance(wires, (np.ndarray, jax.Array)) and wires.ndim == 1 and is_concrete(wires):
+        return list(np.asarray(wires))
+    return None
+
+
+def static_wires(wires) -> tuple[int, ...] | None:
+    """`wires` (one wire, a sequence of them, or a concrete 1-d integer array) as a tuple of Python ints,
+    or None when some entry is not a static int."""
+    entries = _wire_list(wires)
+    if entries is None:
+        return None
+    ints = [static_int(w) for w in entries]
+    return None if any(i is None for i in ints) else tuple(ints)
+
+
 def check_wires(name: str, wires, expected: int | None) -> tuple[int, ...]:
-    if isinstance(wires, (int, np.integer)) and not isinstance(wires, bool):
-        wires = (int(wires),)
-    elif isinstance(wires, Sequence) and not isinstance(wires, str):
-        wires = tuple(wires)
-    else:
-        raise TypeError(f"{name}: wires must be an int or a sequence of ints, got {wires!r}.")
-    for w in wires:
-        if not isinstance(w, (int, np.integer)) or isinstance(w, bool):
-            raise TypeError(f"{name}: wires must be ints, got {w!r} in wires={wires!r}.")
-    wires = tuple(int(w) for w in wires)
+    entries = _wire_list(wires)
+    if entries is None:
+        traced = " (static ints: a traced value cannot choose a wire)" if not is_concrete(wires) else ""
+        raise TypeError(f"{name}: wires must be an int or a sequence of ints, got {wires!r}{traced}.")
+    for w in entries:
+        if static_int(w) is None:
+            raise TypeError(
+                f"{name}: wires must be ints, got {w!r} in wires={wires!r} (static ints: a traced value "
+                "cannot choose a wire)."
+            )
+    wires = tuple(static_int(w) for w in entries)
     if any(w < 0 for w in wires):
         raise ValueError(f"{name}(wires={wires}): wires must be non-negative integers.")
     if len(set(wires)) != len(wires):

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
 import numpy as np
 
-from ._custom_types import EXACT, check_wires, complex_dtype, is_concrete, real_dtype
+from ._custom_types import EXACT, as_numeric, check_wires, complex_dtype, is_concrete, real_dtype
 from ._observables import AbstractObservable, pauli_word_matrix
 
 # A shift rule for one parameter: terms (coefficient, shift) with df/dt = sum_k c_k f(t + s_k).
@@ -42,7 +42,7 @@ def _angle(name: str, field: str, value) -> Array:
     dtype = getattr(value, "dtype", None)
     if isinstance(value, complex) or (dtype is not None and jnp.issubdtype(dtype, jnp.complexfloating)):
         raise TypeError(f"{name}: the angle {field} must be real, got the complex value {value!r}.")
-    value = jnp.asarray(value)
+    value = as_numeric(value, f"{name}: the angle {field}")
     if value.shape != ():
         raise ValueError(
             f"{name}: the angle {field} must be a scalar, got shape {value.shape}. For a batch of "
@@ -738,7 +738,7 @@ class QubitUnitary(AbstractGate):
 
     def __init__(self, U: ArrayLike, wires):
         self._wires = check_wires("QubitUnitary", wires, None)
-        U = jnp.asarray(U)
+        U = as_numeric(U, f"QubitUnitary(wires={self._wires}): the matrix U")
         dim = 2 ** len(self._wires)
         if U.shape != (dim, dim):
             raise ValueError(

@@ -27,7 +27,15 @@ from ._control_run import (
     mixed_vars,
     run_control,
 )
-from ._custom_types import EXACT, complex_dtype, is_concrete, real_dtype
+from ._custom_types import (
+    EXACT,
+    as_numeric,
+    check_key,
+    complex_dtype,
+    is_concrete,
+    real_dtype,
+    static_wires,
+)
 from ._gates import Hadamard, S
 from ._observables import AbstractObservable, LinearCombination, PauliWord, as_linear_combination
 from ._tensornet import TensorNetwork, backend_expval, backend_probs
@@ -61,7 +69,7 @@ def _initial_state(circuit: Circuit, initial_state) -> Array:
     if initial_state is None:
         return K.zero_state(n)
     K.check_fits(n)
-    psi = jnp.asarray(initial_state)
+    psi = as_numeric(initial_state, "initial_state")
     if psi.shape != (2**n,):
         raise ValueError(f"initial_state: expected shape ({2**n},) for {n} wires, got {psi.shape}.")
     psi = psi.astype(complex_dtype())
@@ -104,11 +112,11 @@ def _observables(circuit: Circuit, observables, fn: str) -> tuple[tuple[LinearCo
 def _check_measured_wires(circuit: Circuit, wires, fn: str) -> tuple[int, ...]:
     if wires is None:
         return tuple(range(circuit.num_wires))
-    wires = (wires,) if isinstance(wires, (int, np.integer)) else tuple(wires)
-    if len(set(wires)) != len(wires) or any(not isinstance(w, (int, np.integer)) or w < 0 for w in wires):
-        raise ValueError(f"qfx.{fn}: wires must be distinct non-negative ints, got {wires!r}.")
-    _check_wires_in(circuit, wires, f"qfx.{fn}(wires={wires})")
-    return tuple(int(w) for w in wires)
+    ints = static_wires(wires)
+    if ints is None or len(set(ints)) != len(ints) or any(w < 0 for w in ints):
+        raise ValueError(f"qfx.{fn}: wires must be distinct non-negative ints (static), got {wires!r}.")
+    _check_wires_in(circuit, ints, f"qfx.{fn}(wires={ints})")
+    return ints
 
 
 # --- exact expectation values -------------------------------------------------------------------
@@ -214,6 +222,7 @@ def _check_shots(shots, key, fn: str):
         raise ValueError(f"qfx.{fn}: shots must be a positive int (static), got {shots!r}.")
     if key is None:
         raise ValueError(f"qfx.{fn}: shots={shots} needs a PRNG key: pass key=jax.random.key(0).")
+    check_key(key, f"qfx.{fn}")
 
 
 # --- public entry points ------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
 import numpy as np
 
-from ._custom_types import check_wires, complex_dtype, is_concrete, real_dtype
+from ._custom_types import as_numeric, check_wires, complex_dtype, is_concrete, real_dtype
 
 # A Pauli word: ((wire, letter), ...) sorted by wire, letters in "XYZ"; () is the identity.
 Word = tuple[tuple[int, str], ...]
@@ -62,7 +62,7 @@ def _word_product(a: Word, b: Word) -> tuple[complex, Word]:
 def _real_scalar(value, what: str) -> Array:
     if isinstance(value, complex) or jnp.iscomplexobj(value):
         raise TypeError(f"{what}: coefficients must be real (observables are Hermitian), got {value!r}.")
-    value = jnp.asarray(value)
+    value = as_numeric(value, f"{what}: the coefficient")
     if value.shape != ():
         raise ValueError(f"{what}: expected a scalar coefficient, got shape {value.shape}.")
     return value.astype(real_dtype())
@@ -168,7 +168,7 @@ class Hermitian(AbstractObservable):
 
     def __init__(self, matrix: ArrayLike, wires):
         self._wires = check_wires("Hermitian", wires, None)
-        matrix = jnp.asarray(matrix)
+        matrix = as_numeric(matrix, f"Hermitian(wires={self._wires}): the matrix")
         dim = 2 ** len(self._wires)
         if matrix.shape != (dim, dim):
             raise ValueError(
@@ -208,9 +208,12 @@ class LinearCombination(AbstractObservable):
                     "build sums with + and * instead."
                 )
         if isinstance(coeffs, (np.ndarray, list, tuple)):
+            host = np.asarray(coeffs)
+            if not np.issubdtype(host.dtype, np.number):
+                raise TypeError(f"LinearCombination: coefficients must be numbers, got {coeffs!r}.")
             # device_put: a host array becomes a device array without a compiled copy (one per length).
-            coeffs = jax.device_put(np.asarray(coeffs))
-        coeffs = jnp.asarray(coeffs)
+            coeffs = jax.device_put(host)
+        coeffs = as_numeric(coeffs, "LinearCombination: the coefficients")
         if jnp.iscomplexobj(coeffs):
             raise TypeError("LinearCombination: coefficients must be real (observables are Hermitian).")
         if coeffs.shape != (len(terms),):

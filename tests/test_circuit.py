@@ -28,6 +28,21 @@ def test_num_wires_inferred_or_given():
     np.testing.assert_allclose(qfx.state(qfx.Circuit([], num_wires=2)), _zero(2))
 
 
+def test_wires_may_be_concrete_integer_arrays():
+    # Wires are static: Python ints, NumPy integers, and concrete integer arrays (NumPy or JAX) all name them.
+    as_ints = qfx.Circuit([qfx.H(1), qfx.CNOT((1, 0)), qfx.RY(0.3, 2)])
+    as_arrays = qfx.Circuit([qfx.H(jnp.asarray(1)), qfx.CNOT(np.array([1, 0])), qfx.RY(0.3, np.int64(2))])
+    assert [op.wires for op in as_arrays.ops] == [op.wires for op in as_ints.ops]
+    assert all(type(w) is int for op in as_arrays.ops for w in op.wires)
+    np.testing.assert_allclose(qfx.probs(as_ints, wires=jnp.asarray(2)), qfx.probs(as_ints, wires=2))
+    np.testing.assert_allclose(qfx.probs(as_ints, wires=np.array([2, 0])), qfx.probs(as_ints, wires=(2, 0)))
+    # A traced value cannot choose a wire: the error says so.
+    with pytest.raises(TypeError, match="a traced value cannot choose a wire"):
+        jax.jit(lambda w: qfx.H(w))(1)
+    with pytest.raises(ValueError, match="wires must be distinct non-negative ints \\(static\\)"):
+        jax.jit(lambda w: qfx.probs(as_ints, wires=w))(1)
+
+
 def test_len_iter_getitem():
     ops = [qfx.H(0), qfx.RX(0.2, wires=1), qfx.CNOT((1, 0))]
     circ = qfx.Circuit(ops)
