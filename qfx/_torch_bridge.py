@@ -124,19 +124,26 @@ def _cpu_device() -> jax.Device:
     return jax.devices("cpu")[0]
 
 
-def _placement(tensors) -> contextlib.AbstractContextManager:
-    """Where a call on `tensors` runs (see "Devices" in the module docstring): JAX's CPU device for CPU
-    tensors; for others the device of their (committed) arrays, after checking that it is one device."""
+@functools.cache
+def _gpu_device(index: int) -> jax.Device | None:
+    return next((d for d in jax.devices() if d.platform == "gpu" and d.local_hardware_id == index), None)
+
+
+def _placement(tensors) -> tuple[contextlib.AbstractContextManager, jax.Device | None]:
+    """Where a call on `tensors` runs (see "Devices" in the module docstring), after checking that they
+    are on one device: a context that makes it JAX's default device, and the device (None if unknown)."""
     if all(t.is_cpu for t in tensors):
-        return jax.default_device(_cpu_device())
-    devices = {t.device for t in tensors}
-    if len(devices) > 1:
-        names = ", ".join(sorted(map(str, devices)))
-        raise ValueError(
-            f"qfx.torch: the input tensors are on different devices ({names}); a JAX call runs on one "
-            "device: move them to one with .to(device)."
-        )
-    return contextlib.nullcontext()
+        device = _cpu_device()
+    else:
+        devices = {t.device for t in tensors}
+        if len(devices) > 1:
+            names = ", ".join(sorted(map(str, devices)))
+            raise ValueError(
+                f"qfx.torch: the input tensors are on different devices ({names}); a JAX call runs on one "
+                "device: move them to one with .to(device)."
+            )
+        device = _gpu_device(tensors[0].device.index) if tensors[0].is_cuda else None
+    return (contextlib.nullcontext() if device is None else jax.default_device(device)), device
 
 
 @functools.cache
@@ -488,7 +495,7 @@ class Bridge:
         return self._c_apply(*tensors)
 
     def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        placement = _placement(tensors)
+        placement, device = _placement(tensors)
         to_jax, to_torch = _converters(tensors) if tensors else (None, None)
         try:
             if to_jax is not None and self.jit and tensors[0].is_cpu:
@@ -505,6 +512,10 @@ class Bridge:
                 _handoff.needs = None
                 outs, kept = self.keeping(needs)(*arrays)
                 _handoff.kept = (needs, kept)
+        if not self.jit and device is not None:
+            # An untraced function may return what it did not make there (a closed-over array, a NumPy
+            # value): results come back on the inputs' device all the same.
+            outs = [jax.device_put(o, device) for o in outs]
         seen = {t.data_ptr() for t in tensors}
         result = []
         for o in outs:
@@ -555,7 +566,7 @@ class Bridge:
             arrays = [to_jax(_prepare(c)) if to_jax else tensor_to_jax(c) for c in cts]
         except RuntimeError as e:
             raise _export_error(e) from e
-        with _placement(cts):
+        with _placement(cts)[0]:
             grads = self._pull_kept(kept, *arrays)
         seen = {c.data_ptr() for c in cts}
         result = []

@@ -137,7 +137,7 @@ def test_outputs_never_alias_inputs():
 
 
 _PLACEMENT_SCRIPT = """
-import jax, jax.numpy as jnp, torch
+import jax, jax.numpy as jnp, numpy as np, torch
 cpu0, cpu1 = jax.devices("cpu")
 jax.config.update("jax_default_device", cpu1)  # stands in for a GPU that JAX prefers
 from qfx import _torch_bridge as bridge
@@ -151,6 +151,9 @@ a, b = torch.rand(3, requires_grad=True), torch.rand(3)  # small: enter the jitt
 out, _ = f(a, b)
 out.sum().backward()
 assert a.grad.shape == (3,), a.grad
+closed_over = jnp.arange(3.0)  # made before the call, on the default device
+g = qt.to_torch(lambda a: (a * 2, closed_over, np.ones(2)), jit=False)  # untraced: returns them as they are
+assert [t.device.type for t in g(torch.rand(3))] == ["cpu"] * 3, seen
 assert seen and all(d == {cpu0} for d in seen), seen
 print("ok")
 """
