@@ -60,6 +60,8 @@ class Circuit(eqx.Module):
     num_wires: int = eqx.field(static=True)
 
     def __init__(self, ops: Iterable[AbstractOperation] = (), num_wires: int | None = None):
+        if isinstance(ops, Circuit) and num_wires is None:  # a copy keeps its wires, used or not
+            num_wires = ops.num_wires
         # Mid-circuit measurements (qfx/_control.py) are numbered in order of first appearance, so that
         # circuits built alike are alike as static structure and share one compilation.
         ops = relabel_ops(_validate_ops(ops, "Circuit"), {})
@@ -211,7 +213,7 @@ def draw(circuit: Circuit, *, decimals: int = 2) -> str:
 
     def label(op: AbstractGate) -> str:
         params = [
-            f"{float(p):.{decimals}f}" if is_concrete(p) and p.ndim == 0 else "·" for p in op.parameters
+            f"{float(p):.{decimals}f}" if is_concrete(p) and np.ndim(p) == 0 else "·" for p in op.parameters
         ]
         return op.name + (f"({','.join(params)})" if params and len(params) <= 3 else "")
 

@@ -657,7 +657,7 @@ def while_loop(
     - `max_iterations`: a bound on the iterations (`lax.scan`: reverse-mode gradients work, and in
       `mcm="exact"` mode the leftover weight stays in the unfinished branches), or None
       (`lax.while_loop`: forward mode only; exact mode stops once the looping weight is below the dtype's
-      epsilon).
+      epsilon; a loop whose condition still holds after 100,000 iterations raises instead of hanging).
 
     **Returns:** a `WhileLoop`.
     """

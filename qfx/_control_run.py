@@ -200,7 +200,7 @@ class _Sampled:
             return _evaluate(expr, lambda token: c[1][slot(token)]) != 0
 
         if max_iterations is None:
-            return jax.lax.while_loop(test, body, carry)
+            return _capped_while(test, body, carry, "sampled")
 
         def step(c, _):
             return jax.lax.cond(test(c), body, lambda c: c, c), None
@@ -283,7 +283,28 @@ class _Exact:
         def looping(x):  # relative to the weight of all records, which post-selection may have made tiny
             return jnp.sum(self.weight(self._mask(x, active))) > eps * jnp.sum(self.weight(x))
 
-        return jax.lax.while_loop(looping, step, x)
+        return _capped_while(looping, step, x, "exact")
+
+
+# A `while_loop` without `max_iterations` that has run this many times is taken never to end: an error, not
+# a hang (a body that keeps the condition true with probability 1, e.g. `while_loop(m, [m])` after X).
+_WHILE_CAP = 100_000
+
+
+def _capped_while(test, body, carry, mode: str):
+    def looping(c):
+        return test(c[0]) & (c[1] < _WHILE_CAP)
+
+    carry, count = jax.lax.while_loop(looping, lambda c: (body(c[0]), c[1] + 1), (carry, jnp.int32(0)))
+    # The check rides on the state (the first leaf: error_if cannot take the PRNG key of a trajectory).
+    leaves, treedef = jax.tree.flatten(carry)
+    leaves[0] = eqx.error_if(
+        leaves[0],
+        test(carry) & (count >= _WHILE_CAP),
+        f"qfx.while_loop (mcm={mode!r}): its condition still held after {_WHILE_CAP} iterations, so it may "
+        "never end (a body that keeps the condition true with probability 1); bound it with max_iterations.",
+    )
+    return jax.tree.unflatten(treedef, leaves)
 
 
 # --- the traversal ------------------------------------------------------------------------------------

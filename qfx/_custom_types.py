@@ -33,18 +33,34 @@ def is_concrete(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
-def as_numeric(value, what: str) -> Array:
+def as_numeric(value, what: str, *, inexact: bool = False) -> Array:
     """`jnp.asarray(value)` for numbers and arrays of numbers; for anything else (a string, None, an object)
-    a TypeError that names `what`, where JAX's own error would name neither the gate nor the argument."""
+    a TypeError that names `what`, where JAX's own error would name neither the gate nor the argument.
+
+    `inexact`: the value is an angle, a coefficient or a matrix entry, so integers (Python or NumPy) become
+    floats on the host first: JAX would wrap those of 2**31 and more into int32 without a word."""
     if value is None or isinstance(value, (str, bytes)):
         raise TypeError(f"{what} must be a number or an array of numbers, got {value!r}.")
     try:
-        array = jnp.asarray(value)
-    except (TypeError, ValueError) as e:
+        array = jnp.asarray(_host_floats(value) if inexact else value)
+    except (TypeError, ValueError, OverflowError) as e:
         raise TypeError(f"{what} must be a number or an array of numbers, got {value!r}.") from e
     if not (jnp.issubdtype(array.dtype, jnp.number) or array.dtype == jnp.bool_):
         raise TypeError(f"{what} must be a number or an array of numbers, got dtype {array.dtype}.")
     return array
+
+
+def _host_floats(value):
+    """Integers (and bools) held on the host, as float64 NumPy; anything else unchanged."""
+    if isinstance(value, jax.Array):
+        return value
+    try:
+        host = np.asarray(value)
+    except Exception:  # noqa: BLE001 - e.g. a list holding traced values: JAX converts it
+        return value
+    if host.dtype == object or np.issubdtype(host.dtype, np.integer) or host.dtype == np.bool_:
+        return host.astype(np.float64)  # a TypeError or ValueError for objects that are not numbers
+    return value
 
 
 def check_key(key, what: str) -> None:

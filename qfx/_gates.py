@@ -42,7 +42,7 @@ def _angle(name: str, field: str, value) -> Array:
     dtype = getattr(value, "dtype", None)
     if isinstance(value, complex) or (dtype is not None and jnp.issubdtype(dtype, jnp.complexfloating)):
         raise TypeError(f"{name}: the angle {field} must be real, got the complex value {value!r}.")
-    value = as_numeric(value, f"{name}: the angle {field}")
+    value = as_numeric(value, f"{name}: the angle {field}", inexact=True)
     if value.shape != ():
         raise ValueError(
             f"{name}: the angle {field} must be a scalar, got shape {value.shape}. For a batch of "
@@ -57,7 +57,7 @@ def _c(x) -> Array:
 
 def _phase(t: Array) -> Array:
     """exp(i t) for a real array t, in the default complex dtype."""
-    return jnp.exp(1j * t.astype(complex_dtype()))
+    return jnp.exp(1j * jnp.asarray(t, complex_dtype()))
 
 
 def _cos_sin(t: Array) -> tuple[Array, Array]:
@@ -120,7 +120,7 @@ class AbstractGate(AbstractOperation):
     def __repr__(self):
         params = []
         for p in self.parameters:
-            if is_concrete(p) and p.ndim == 0:
+            if is_concrete(p) and np.ndim(p) == 0:
                 params.append(f"{float(p):.4g}")
             else:
                 params.append(f"{type(p).__name__}{tuple(p.shape)}")
@@ -738,7 +738,7 @@ class QubitUnitary(AbstractGate):
 
     def __init__(self, U: ArrayLike, wires):
         self._wires = check_wires("QubitUnitary", wires, None)
-        U = as_numeric(U, f"QubitUnitary(wires={self._wires}): the matrix U")
+        U = as_numeric(U, f"QubitUnitary(wires={self._wires}): the matrix U", inexact=True)
         dim = 2 ** len(self._wires)
         if U.shape != (dim, dim):
             raise ValueError(

@@ -44,7 +44,9 @@ from .diff import AbstractDiffMethod, Backprop, Expectation
 _BACKPROP = Backprop()
 
 
-def _check_circuit(circuit, fn: str) -> None:
+def _check_circuit(circuit, fn: str) -> Circuit:
+    """Checks `circuit` and returns it with any Python-number leaves as arrays (an `eqx.tree_at` edit such
+    as `eqx.tree_at(lambda c: c.ops[0].theta, circ, 0.5)` skips the gate's own conversion)."""
     if not isinstance(circuit, Circuit):
         raise TypeError(
             f"qfx.{fn}: expected a qfx.Circuit as the first argument, got {type(circuit).__name__}."
@@ -55,6 +57,16 @@ def _check_circuit(circuit, fn: str) -> None:
             f"qfx.{fn}: an operation acts on wire {used}, but the circuit has {circuit.num_wires} wires; "
             "build a new qfx.Circuit (with num_wires=...) after replacing operations."
         )
+    return jax.tree.map(_as_leaf, circuit)
+
+
+def _as_leaf(x):
+    # Floats and complex numbers only: Python ints are counts (a for_loop's length), kept as they are.
+    if isinstance(x, complex):
+        return jnp.asarray(x, complex_dtype())
+    if isinstance(x, float):
+        return jnp.asarray(x, real_dtype())
+    return x
 
 
 def _check_diff(diff, fn: str) -> None:
@@ -241,7 +253,7 @@ def state(
     With mid-circuit measurements, `mcm="sampled"` and `key` give one trajectory's post-measurement
     (normalised) state; `mcm="exact"` has no state vector (use `qfx.density_matrix`).
     """
-    _check_circuit(circuit, "state")
+    circuit = _check_circuit(circuit, "state")
     _check_diff(diff, "state")
     if has_control(circuit.ops):
         psi0 = _initial_state(circuit, initial_state)
@@ -267,7 +279,7 @@ def probs(
 
     **Returns:** an array of shape `(2**len(wires),)`; the first wire is the most significant bit.
     """
-    _check_circuit(circuit, "probs")
+    circuit = _check_circuit(circuit, "probs")
     _check_diff(diff, "probs")
     wires = _check_measured_wires(circuit, wires, "probs")
     if backend is not None:  # the light cone of `wires` as a tensor network; no state vector
@@ -316,7 +328,7 @@ def expval(
     jax.grad(qfx.expval)(circ, qfx.Z(0)).ops[0].theta  # -sin(0.3)
     ```
     """
-    _check_circuit(circuit, "expval")
+    circuit = _check_circuit(circuit, "expval")
     _check_diff(diff, "expval")
     lcs, single = _observables(circuit, observable, "expval")
     if backend is not None:
@@ -357,7 +369,7 @@ def var(
 
     `mcm` and `key` are for circuits with mid-circuit measurements: see `qfx.measure`.
     """
-    _check_circuit(circuit, "var")
+    circuit = _check_circuit(circuit, "var")
     _check_diff(diff, "var")
     lcs, single = _observables(circuit, observable, "var")
     n = circuit.num_wires
@@ -392,7 +404,7 @@ def density_matrix(
 
     `mcm` and `key` are for circuits with mid-circuit measurements: see `qfx.measure`.
     """
-    _check_circuit(circuit, "density_matrix")
+    circuit = _check_circuit(circuit, "density_matrix")
     _check_diff(diff, "density_matrix")
     wires = _check_measured_wires(circuit, wires, "density_matrix")
     n = circuit.num_wires
@@ -423,7 +435,7 @@ def sample(
 
     **Returns:** an int32 array of bits, shape `(shots, len(wires))`.
     """
-    _check_circuit(circuit, "sample")
+    circuit = _check_circuit(circuit, "sample")
     _check_shots(shots, key, "sample")
     wires = _check_measured_wires(circuit, wires, "sample")
     n = circuit.num_wires

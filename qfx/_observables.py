@@ -62,7 +62,7 @@ def _word_product(a: Word, b: Word) -> tuple[complex, Word]:
 def _real_scalar(value, what: str) -> Array:
     if isinstance(value, complex) or jnp.iscomplexobj(value):
         raise TypeError(f"{what}: coefficients must be real (observables are Hermitian), got {value!r}.")
-    value = as_numeric(value, f"{what}: the coefficient")
+    value = as_numeric(value, f"{what}: the coefficient", inexact=True)
     if value.shape != ():
         raise ValueError(f"{what}: expected a scalar coefficient, got shape {value.shape}.")
     return value.astype(real_dtype())
@@ -168,7 +168,7 @@ class Hermitian(AbstractObservable):
 
     def __init__(self, matrix: ArrayLike, wires):
         self._wires = check_wires("Hermitian", wires, None)
-        matrix = as_numeric(matrix, f"Hermitian(wires={self._wires}): the matrix")
+        matrix = as_numeric(matrix, f"Hermitian(wires={self._wires}): the matrix", inexact=True)
         dim = 2 ** len(self._wires)
         if matrix.shape != (dim, dim):
             raise ValueError(
@@ -208,12 +208,18 @@ class LinearCombination(AbstractObservable):
                     "build sums with + and * instead."
                 )
         if isinstance(coeffs, (np.ndarray, list, tuple)):
-            host = np.asarray(coeffs)
-            if not np.issubdtype(host.dtype, np.number):
-                raise TypeError(f"LinearCombination: coefficients must be numbers, got {coeffs!r}.")
-            # device_put: a host array becomes a device array without a compiled copy (one per length).
-            coeffs = jax.device_put(host)
-        coeffs = as_numeric(coeffs, "LinearCombination: the coefficients")
+            try:
+                host = np.asarray(coeffs)
+            except Exception:  # noqa: BLE001 - e.g. a list holding traced values: as_numeric takes it
+                host = None
+            if host is not None:
+                if not np.issubdtype(host.dtype, np.number):
+                    raise TypeError(f"LinearCombination: coefficients must be numbers, got {coeffs!r}.")
+                if np.issubdtype(host.dtype, np.integer):  # JAX would wrap those of 2**31 and more
+                    host = host.astype(np.float64)
+                # device_put: a host array becomes a device array without a compiled copy (one per length).
+                coeffs = jax.device_put(host)
+        coeffs = as_numeric(coeffs, "LinearCombination: the coefficients", inexact=True)
         if jnp.iscomplexobj(coeffs):
             raise TypeError("LinearCombination: coefficients must be real (observables are Hermitian).")
         if coeffs.shape != (len(terms),):

@@ -43,6 +43,12 @@ def test_wires_may_be_concrete_integer_arrays():
         jax.jit(lambda w: qfx.probs(as_ints, wires=w))(1)
 
 
+def test_circuit_of_a_circuit_keeps_its_wires():
+    circ = qfx.Circuit([qfx.H(0)], num_wires=3)
+    assert qfx.Circuit(circ).num_wires == 3 and qfx.Circuit(circ, num_wires=4).num_wires == 4
+    assert qfx.probs(qfx.Circuit(circ)).shape == (8,)
+
+
 def test_len_iter_getitem():
     ops = [qfx.H(0), qfx.RX(0.2, wires=1), qfx.CNOT((1, 0))]
     circ = qfx.Circuit(ops)

@@ -376,6 +376,16 @@ def test_error(thunk, error, match):
         thunk()
 
 
+@pytest.mark.parametrize("mcm", ["exact", "sampled"])
+def test_while_loop_that_never_ends_raises(mcm):
+    # The body re-measures |1>: the condition holds with probability 1 forever. An error, not a hang.
+    m = qfx.measure(0)
+    circ = qfx.Circuit([qfx.X(0), m, qfx.while_loop(m, [m])])
+    key = jax.random.key(0) if mcm == "sampled" else None
+    with pytest.raises(eqx.EquinoxRuntimeError, match="still held after 100000 iterations"):
+        qfx.probs(circ, mcm=mcm, key=key)
+
+
 def test_unnormalised_state_under_jit():
     """Traced states are checked at run time with eqx.error_if."""
     run = eqx.filter_jit(lambda psi: qfx.state(C2, initial_state=psi))

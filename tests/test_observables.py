@@ -10,6 +10,20 @@ import qfx
 from . import reference as ref
 from .helpers import random_state, random_unitary
 
+
+def test_large_integers_are_not_wrapped_to_int32():
+    # JAX turns Python and NumPy integers into int32 and wraps those of 2**31 and more without a word; qfx
+    # makes angles, coefficients and matrix entries floats on the host first.
+    circ = qfx.Circuit([qfx.I(0)])  # <0|Z|0> = 1
+    big = 3_000_000_000
+    np.testing.assert_allclose(qfx.expval(circ, qfx.Z(0) * np.int64(big)), big, rtol=1e-6)
+    lc = qfx.LinearCombination([big, 2**40], (qfx.Z(0) + qfx.X(1)).terms)
+    np.testing.assert_allclose(lc.coeffs, [big, 2**40], rtol=1e-6)
+    herm = qfx.Hermitian(np.array([[2**32 + 5, 0], [0, 1]]), 0)
+    np.testing.assert_allclose(qfx.expval(circ, herm), 2**32 + 5, rtol=1e-6)
+    np.testing.assert_allclose(qfx.RX(np.int64(2**32 + 1), 0).theta, 2.0**32, rtol=1e-6)
+
+
 I2, X, Y, Z = ref.I2, ref.X, ref.Y, ref.Z
 N = 3
 

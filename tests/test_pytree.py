@@ -127,6 +127,23 @@ def test_tree_at_edits_a_parameter():
     assert float(_expval(edited, H)) == pytest.approx(ref.expval(rebuilt, H), abs=1e-5)
 
 
+def test_tree_at_with_a_python_float():
+    # eqx.tree_at puts the Python float itself in the tree (the gate's __init__, which makes arrays, is
+    # skipped): every entry point, every diff method, repr and draw take it as an array.
+    circ = eqx.tree_at(lambda c: c.ops[0].theta, qfx.Circuit([qfx.RX(0.3, 0), qfx.U3(0.1, 0.2, 0.3, 1)]), 0.5)
+    circ = eqx.tree_at(lambda c: c.ops[1].phi, circ, 0.7)
+    assert repr(circ.ops[0]) == "RX(0.5, wires=0)" and "RX(0.50)" in qfx.draw(circ)
+    np.testing.assert_allclose(
+        qfx.expval(circ, [qfx.Z(0), qfx.X(1)]),
+        qfx.expval(qfx.Circuit([qfx.RX(0.5, 0), qfx.U3(0.1, 0.7, 0.3, 1)]), [qfx.Z(0), qfx.X(1)]),
+        atol=1e-6,
+    )
+    for diff in (qfx.diff.Backprop(), qfx.diff.Adjoint(), qfx.diff.ParameterShift(), qfx.diff.FiniteDiff()):
+        grad = jax.grad(lambda c, d=diff: qfx.expval(c, qfx.Z(0), diff=d))(circ)
+        atol = 1e-4 if isinstance(diff, qfx.diff.FiniteDiff) else 1e-6  # FiniteDiff: eps / h ~ 2e-5
+        np.testing.assert_allclose(grad.ops[0].theta, -np.sin(0.5), atol=atol)
+
+
 def test_serialise_round_trip(tmp_path):
     circ = qfx.Circuit(
         [*make_circuit(_thetas(seed=10)).ops, qfx.repeat(lambda t: [qfx.RX(t, wires=1)], jnp.arange(3.0))],
