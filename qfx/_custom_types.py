@@ -67,11 +67,14 @@ def check_key(key, what: str) -> None:
     """A TypeError naming `what` unless `key` is a JAX PRNG key: a typed key (`jax.random.key`) or a raw
     uint32 one (`jax.random.PRNGKey`); JAX's own error would name neither the function nor the argument."""
     dtype = getattr(key, "dtype", None)
-    if dtype is not None and (
-        jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key) or (dtype == np.uint32 and np.ndim(key) >= 1)
-    ):
-        return
-    raise TypeError(f"{what}: key must be a PRNG key such as jax.random.key(0), got {key!r}.")
+    typed = dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+    if not (typed or dtype == np.uint32):
+        raise TypeError(f"{what}: key must be a PRNG key such as jax.random.key(0), got {key!r}.")
+    if np.ndim(key) != (0 if typed else 1):
+        raise ValueError(
+            f"{what}: key must be one PRNG key, got a batch of shape {np.shape(key)}; for many draws map the "
+            "call over keys with jax.vmap."
+        )
 
 
 def static_int(value) -> int | None:

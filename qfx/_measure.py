@@ -45,8 +45,8 @@ _BACKPROP = Backprop()
 
 
 def _check_circuit(circuit, fn: str) -> Circuit:
-    """Checks `circuit` and returns it with any Python-number leaves as arrays (an `eqx.tree_at` edit such
-    as `eqx.tree_at(lambda c: c.ops[0].theta, circ, 0.5)` skips the gate's own conversion)."""
+    """Checks `circuit` and returns it with any Python float or complex leaves as arrays (an `eqx.tree_at`
+    edit such as `eqx.tree_at(lambda c: c.ops[0].theta, circ, 0.5)` skips the gate's own conversion)."""
     if not isinstance(circuit, Circuit):
         raise TypeError(
             f"qfx.{fn}: expected a qfx.Circuit as the first argument, got {type(circuit).__name__}."

@@ -354,6 +354,12 @@ CASES = [
         re.escape("qfx.sample: key must be a PRNG key such as jax.random.key(0), got 1."),
     ),
     (
+        "key_batch",
+        lambda: qfx.sample(C2, shots=3, key=jax.random.split(jax.random.key(0), 4)),
+        ValueError,
+        r"qfx.sample: key must be one PRNG key, got a batch of shape \(4,\); .* jax.vmap",
+    ),
+    (
         "key_float_sampled_mcm",
         lambda: qfx.probs(qfx.Circuit([qfx.measure(0)]), mcm="sampled", key=jnp.zeros(2)),
         TypeError,
