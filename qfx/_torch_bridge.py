@@ -159,10 +159,10 @@ def _cuda_paths(index: int) -> tuple[Any, Any]:
     torch work queued after it sees its results.
     """
     current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    gpu = [d for d in jax.devices() if d.platform == "gpu" and d.local_hardware_id == index]
-    if _jax_ext is None or _JAXLIB_EXT < 467 or current_stream is None or not gpu:  # pragma: no cover
+    device = _gpu_device(index)
+    if _jax_ext is None or _JAXLIB_EXT < 467 or current_stream is None or device is None:  # pragma: no cover
         return None, None
-    device, cuda = gpu[0], torch.device("cuda", index)
+    cuda = torch.device("cuda", index)
     streams: dict[int, torch.cuda.Stream] = {}  # raw handle -> torch's Stream object (cheap lookups)
 
     def torch_stream(raw: int) -> torch.cuda.Stream:
