@@ -36,7 +36,7 @@ from ._control import (
     _format,
     measure,
 )
-from ._custom_types import EXACT, as_numeric, check_key, complex_dtype, real_dtype
+from ._custom_types import EXACT, as_numeric, check_key, complex_dtype, is_concrete, real_dtype
 from ._gates import AbstractGate, AbstractOperation
 from ._observables import LinearCombination, PauliWord
 from .diff import Backprop
@@ -594,15 +594,26 @@ def outcome_probs(
 
 
 def initial_state_of(circuit: Circuit, initial_state) -> Array:
+    """The checked initial state of every entry point: |0...0> for None, else a normalised vector of
+    2**num_wires amplitudes (checked at once when concrete, at run time under `jit`)."""
+    n = circuit.num_wires
     if initial_state is None:
-        return K.zero_state(circuit.num_wires)
-    psi = as_numeric(initial_state, "initial_state").astype(complex_dtype())
-    if psi.shape != (2**circuit.num_wires,):
-        raise ValueError(
-            f"initial_state: expected shape ({2**circuit.num_wires},) for {circuit.num_wires} wires, "
-            f"got {psi.shape}."
-        )
-    return psi
+        return K.zero_state(n)
+    K.check_fits(n)
+    psi = as_numeric(initial_state, "initial_state")
+    if psi.shape != (2**n,):
+        raise ValueError(f"initial_state: expected shape ({2**n},) for {n} wires, got {psi.shape}.")
+    psi = psi.astype(complex_dtype())
+    norm = jnp.sum(jnp.real(psi * psi.conj()))
+    tol = 1e-4 if psi.dtype == jnp.complex64 else 1e-10
+    if is_concrete(norm):
+        if not abs(float(norm) - 1) <= tol:  # NaN fails too
+            raise ValueError(
+                f"initial_state is not normalised: its squared norm is {float(norm):.6g}, expected 1."
+            )
+        return psi
+    bad = ~(jnp.abs(norm - 1) <= tol)  # NaN fails too
+    return eqx.error_if(psi, bad, "initial_state is not normalised (squared norm != 1).")
 
 
 # --- the functional style -----------------------------------------------------------------------------

@@ -10,7 +10,6 @@ run in `qfx/_control.py`; those with measurements need `mcm="exact"` or `mcm="sa
 
 from collections.abc import Sequence
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, PRNGKeyArray
@@ -21,6 +20,7 @@ from ._circuit import Circuit
 from ._control_run import (
     control_sample,
     has_control,
+    initial_state_of,
     mixed_density_matrix,
     mixed_expvals,
     mixed_probs,
@@ -29,10 +29,8 @@ from ._control_run import (
 )
 from ._custom_types import (
     EXACT,
-    as_numeric,
     check_key,
     complex_dtype,
-    is_concrete,
     real_dtype,
     static_wires,
 )
@@ -74,27 +72,6 @@ def _check_diff(diff, fn: str) -> None:
         raise TypeError(
             f"qfx.{fn}: diff must be a qfx.diff method such as qfx.diff.Backprop(), got {diff!r}."
         )
-
-
-def _initial_state(circuit: Circuit, initial_state) -> Array:
-    n = circuit.num_wires
-    if initial_state is None:
-        return K.zero_state(n)
-    K.check_fits(n)
-    psi = as_numeric(initial_state, "initial_state")
-    if psi.shape != (2**n,):
-        raise ValueError(f"initial_state: expected shape ({2**n},) for {n} wires, got {psi.shape}.")
-    psi = psi.astype(complex_dtype())
-    norm = jnp.sum(jnp.real(psi * psi.conj()))
-    tol = 1e-4 if psi.dtype == jnp.complex64 else 1e-10
-    if is_concrete(norm):
-        if not abs(float(norm) - 1) <= tol:  # NaN fails too
-            raise ValueError(
-                f"initial_state is not normalised: its squared norm is {float(norm):.6g}, expected 1."
-            )
-        return psi
-    bad = ~(jnp.abs(norm - 1) <= tol)  # NaN fails too
-    return eqx.error_if(psi, bad, "initial_state is not normalised (squared norm != 1).")
 
 
 def _check_wires_in(circuit: Circuit, wires, what: str) -> None:
@@ -256,11 +233,11 @@ def state(
     circuit = _check_circuit(circuit, "state")
     _check_diff(diff, "state")
     if has_control(circuit.ops):
-        psi0 = _initial_state(circuit, initial_state)
+        psi0 = initial_state_of(circuit, initial_state)
         return run_control(
             circuit, psi0, None, pure=lambda psi, _: psi, mixed=None, mcm=mcm, key=key, diff=diff, fn="state"
         )
-    return diff(lambda psi, _: psi, circuit, _initial_state(circuit, initial_state), None)
+    return diff(lambda psi, _: psi, circuit, initial_state_of(circuit, initial_state), None)
 
 
 def probs(
@@ -287,12 +264,12 @@ def probs(
     n = circuit.num_wires
     measure = Expectation(lambda psi, _: K.marginal_probs(psi, wires, n))
     if has_control(circuit.ops):
-        psi0 = _initial_state(circuit, initial_state)
+        psi0 = initial_state_of(circuit, initial_state)
         mixed = lambda rho, _: mixed_probs(rho, wires)  # noqa: E731
         return run_control(
             circuit, psi0, None, pure=measure, mixed=mixed, mcm=mcm, key=key, diff=diff, fn="probs"
         )
-    return diff(measure, circuit, _initial_state(circuit, initial_state), None)
+    return diff(measure, circuit, initial_state_of(circuit, initial_state), None)
 
 
 def expval(
@@ -335,7 +312,7 @@ def expval(
         out = backend_expval(backend, circuit, lcs, diff, initial_state=initial_state, shots=shots)
         return out[0] if single else out
     n = circuit.num_wires
-    psi0 = _initial_state(circuit, initial_state)
+    psi0 = initial_state_of(circuit, initial_state)
     if has_control(circuit.ops):
         if shots is not None:
             raise ValueError(
@@ -382,12 +359,12 @@ def var(
 
     measure = Expectation(moments, post=lambda m, _: m[0] - m[1] ** 2)
     if has_control(circuit.ops):
-        psi0 = _initial_state(circuit, initial_state)
+        psi0 = initial_state_of(circuit, initial_state)
         out = run_control(
             circuit, psi0, lcs, pure=measure, mixed=mixed_vars, mcm=mcm, key=key, diff=diff, fn="var"
         )
         return out[0] if single else out
-    out = diff(measure, circuit, _initial_state(circuit, initial_state), lcs)
+    out = diff(measure, circuit, initial_state_of(circuit, initial_state), lcs)
     return out[0] if single else out
 
 
@@ -410,12 +387,12 @@ def density_matrix(
     n = circuit.num_wires
     measure = Expectation(lambda psi, _: K.reduced_density_matrix(psi, wires, n))
     if has_control(circuit.ops):
-        psi0 = _initial_state(circuit, initial_state)
+        psi0 = initial_state_of(circuit, initial_state)
         mixed = lambda rho, _: mixed_density_matrix(rho, wires)  # noqa: E731
         return run_control(
             circuit, psi0, None, pure=measure, mixed=mixed, mcm=mcm, key=key, diff=diff, fn="density_matrix"
         )
-    return diff(measure, circuit, _initial_state(circuit, initial_state), None)
+    return diff(measure, circuit, initial_state_of(circuit, initial_state), None)
 
 
 def sample(
@@ -440,9 +417,9 @@ def sample(
     wires = _check_measured_wires(circuit, wires, "sample")
     n = circuit.num_wires
     if has_control(circuit.ops):
-        psi0 = _initial_state(circuit, initial_state)
+        psi0 = initial_state_of(circuit, initial_state)
         return control_sample(circuit, psi0, key=key, shots=shots, wires=wires, mcm=mcm)
-    psi = K.run(circuit.ops, _initial_state(circuit, initial_state), n)
+    psi = K.run(circuit.ops, initial_state_of(circuit, initial_state), n)
     idx = _sample_indices(key, jax.lax.stop_gradient(K.marginal_probs(psi, wires, n)), shots)
     k = len(wires)
     return ((idx[:, None] >> jnp.arange(k - 1, -1, -1)) & 1).astype(jnp.int32)

@@ -294,6 +294,14 @@ CASES = [
         "qfx.expval: an operation acts on wire 5, but the circuit has 2 wires",
     ),
     (
+        "outcome_probs_unnormalised_state",  # the same check as every other entry point (it renormalised)
+        lambda: qfx.outcome_probs(
+            qfx.Circuit([m := qfx.measure(0)], num_wires=2), [m], mcm="exact", initial_state=np.ones(4)
+        ),
+        ValueError,
+        "initial_state is not normalised: its squared norm is 4",
+    ),
+    (
         "state_nan",
         lambda: qfx.state(C2, initial_state=np.array([np.nan, 0, 0, 0])),
         ValueError,
