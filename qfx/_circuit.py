@@ -6,7 +6,7 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from ._custom_types import is_concrete
+from ._custom_types import is_concrete, static_int
 from ._gates import AbstractGate, AbstractOperation
 
 
@@ -68,8 +68,9 @@ class Circuit(eqx.Module):
         used = max((w for op in ops for w in op.wires), default=-1) + 1
         if num_wires is None:
             num_wires = max(used, 1)
-        if not isinstance(num_wires, (int, np.integer)) or isinstance(num_wires, bool) or num_wires < 1:
+        if static_int(num_wires) is None or static_int(num_wires) < 1:
             raise ValueError(f"Circuit: num_wires must be a positive int, got {num_wires!r}.")
+        num_wires = static_int(num_wires)
         for op in ops:
             bad = [w for w in op.wires if w >= num_wires]
             if bad:
@@ -139,12 +140,12 @@ class Repeat(AbstractOperation):
             if length is not None and length != found:
                 raise ValueError(f"Repeat: length={length}, but the body's leaves stack {found} layers.")
             length = found
-        if not isinstance(length, (int, np.integer)) or isinstance(length, bool) or length < 0:  # None too
+        if static_int(length) is None or static_int(length) < 0:  # None too
             raise ValueError(
                 f"Repeat: pass length= (a non-negative int) for a body with no parameters, got {length!r}."
             )
         self.body = body
-        self.length = int(length)
+        self.length = static_int(length)
 
     def check_layers(self) -> None:
         """Raises unless every leaf still stacks `length` layers: a transformation of the leaves (say
@@ -183,6 +184,26 @@ class Repeat(AbstractOperation):
 
     def __repr__(self):
         return f"Repeat(length={self.length}, body={self.body!r})"
+
+
+def check_parameter_shapes(ops, fn: str, layers: tuple[int, ...] = ()) -> None:
+    """Raises unless every gate's parameters have the shapes of one circuit (with the leading layer axes of
+    the `Repeat` blocks around it). Shapes only, so it holds under `jit` and inside `vmap`; it catches a
+    batch of circuits (from `eqx.filter_vmap`) passed to a qfx function without mapping the call, which
+    would otherwise fail deep in the kernels or broadcast into a wrong result."""
+    for op in ops:
+        if isinstance(op, Repeat):
+            if not layers:
+                op.check_layers()
+            check_parameter_shapes(op.body.ops, fn, (*layers, op.length))
+        elif isinstance(op, AbstractGate) and op.parameter_shapes is not None:
+            for p, want in zip(op.parameters, op.parameter_shapes, strict=True):
+                if np.shape(p) != (*layers, *want):
+                    raise ValueError(
+                        f"qfx.{fn}: {op.name} on wires {op.wires} has a parameter of shape {np.shape(p)}, "
+                        f"expected {(*layers, *want)}. A batch of circuits (from eqx.filter_vmap) runs by "
+                        f"mapping the call: eqx.filter_vmap(lambda c: qfx.{fn}(c, ...))(circuits)."
+                    )
 
 
 def repeat(

@@ -33,7 +33,7 @@ from jaxtyping import Array, ArrayLike
 import numpy as np
 
 from ._circuit import Circuit, Repeat, relabel_circuit
-from ._custom_types import as_numeric, real_dtype
+from ._custom_types import as_numeric, real_dtype, static_int
 from ._gates import AbstractOperation
 
 # --- measurement identity -----------------------------------------------------------------------------
@@ -361,13 +361,13 @@ def measure(wire: int, reset: bool = False, postselect: int | None = None) -> Mi
     qfx.probs(circ, mcm="exact")  # [0.5, 0, 0, 0.5]
     ```
     """
-    if not isinstance(wire, (int, np.integer)) or isinstance(wire, bool) or wire < 0:
+    if static_int(wire) is None or static_int(wire) < 0:
         raise ValueError(f"qfx.measure: wire must be a non-negative int, got {wire!r}.")
     if postselect not in (None, 0, 1):
         raise ValueError(f"qfx.measure: postselect must be None, 0 or 1, got {postselect!r}.")
     token = _Token()
     postselect = None if postselect is None else int(postselect)
-    return MidMeasure(int(wire), bool(reset), postselect, token, _Link(token))
+    return MidMeasure(static_int(wire), bool(reset), postselect, token, _Link(token))
 
 
 def _as_circuit(ops, what: str) -> Circuit:
@@ -599,7 +599,7 @@ def for_loop(length: "int | ArrayLike", body: Callable[..., Any], *args: Any) ->
     if not callable(body):
         raise TypeError(f"qfx.for_loop: body must be callable, got {body!r}.")
     fn = body if isinstance(body, eqx.Module) and not args else _Body(body, args)
-    if isinstance(length, (int, np.integer)) and not isinstance(length, bool):
+    if isinstance(length, (int, np.integer)) and not isinstance(length, bool):  # an array is a leaf
         if length < 0:
             raise ValueError(f"qfx.for_loop: length must be non-negative, got {length}.")
         return ForLoop(fn, int(length))
@@ -666,11 +666,7 @@ def while_loop(
             "qfx.while_loop: the condition must be a measurement value (from qfx.measure), got "
             f"{type(condition).__name__}. For loops over a traced count use qfx.for_loop."
         )
-    if max_iterations is not None and (
-        not isinstance(max_iterations, (int, np.integer))
-        or isinstance(max_iterations, bool)
-        or max_iterations < 0
-    ):
+    if max_iterations is not None and (static_int(max_iterations) is None or static_int(max_iterations) < 0):
         raise ValueError(
             f"qfx.while_loop: max_iterations must be a non-negative int or None, got {max_iterations!r}."
         )

@@ -24,7 +24,7 @@ from jaxtyping import Array, ArrayLike, PRNGKeyArray
 import numpy as np
 
 from . import _kernels as K
-from ._circuit import Circuit, Repeat, relabel_ops
+from ._circuit import Circuit, Repeat, check_parameter_shapes, relabel_ops
 from ._control import (
     AbstractControlOperation,
     Cond,
@@ -36,7 +36,16 @@ from ._control import (
     _format,
     measure,
 )
-from ._custom_types import EXACT, as_numeric, check_key, complex_dtype, is_concrete, real_dtype
+from ._custom_types import (
+    EXACT,
+    as_numeric,
+    check_key,
+    complex_dtype,
+    is_concrete,
+    real_dtype,
+    static_int,
+    tolerance,
+)
 from ._gates import AbstractGate, AbstractOperation
 from ._observables import LinearCombination, PauliWord
 from .diff import Backprop
@@ -600,12 +609,12 @@ def initial_state_of(circuit: Circuit, initial_state) -> Array:
     if initial_state is None:
         return K.zero_state(n)
     K.check_fits(n)
-    psi = as_numeric(initial_state, "initial_state")
+    psi = as_numeric(initial_state, "initial_state", inexact=True)
     if psi.shape != (2**n,):
         raise ValueError(f"initial_state: expected shape ({2**n},) for {n} wires, got {psi.shape}.")
+    tol = tolerance(psi.dtype)  # of the dtype it was computed in
     psi = psi.astype(complex_dtype())
     norm = jnp.sum(jnp.real(psi * psi.conj()))
-    tol = 1e-4 if psi.dtype == jnp.complex64 else 1e-10
     if is_concrete(norm):
         if not abs(float(norm) - 1) <= tol:  # NaN fails too
             raise ValueError(
@@ -621,7 +630,17 @@ def initial_state_of(circuit: Circuit, initial_state) -> Array:
 
 def zero_state(num_wires: int) -> Array:
     """|0...0> on `num_wires` wires: a flat complex vector of `2**num_wires` amplitudes."""
-    return K.zero_state(num_wires)
+    n = static_int(num_wires)
+    if n is None or n < 1:
+        raise ValueError(f"qfx.zero_state: num_wires must be a positive int, got {num_wires!r}.")
+    return K.zero_state(n)
+
+
+def _state_arg(state, fn: str) -> Array:
+    """The `state` argument of the functional style: numbers, as a complex vector (its own complex dtype,
+    or the default one for real or integer entries)."""
+    state = as_numeric(state, f"qfx.{fn}: state", inexact=True)
+    return state if jnp.issubdtype(state.dtype, jnp.complexfloating) else state.astype(complex_dtype())
 
 
 def _num_wires_of(state, fn: str) -> int:
@@ -656,11 +675,12 @@ def apply(op: "AbstractOperation | Circuit", state: Array, *, key: PRNGKeyArray 
     jax.grad(lambda t: jnp.abs(program(t)[3]) ** 2)(0.3)
     ```
     """
-    state = jnp.asarray(state)
+    state = _state_arg(state, "apply")
     n = _num_wires_of(state, "apply")
     ops = op.ops if isinstance(op, Circuit) else (op,)
     if not all(isinstance(o, AbstractOperation) for o in ops):
         raise TypeError(f"qfx.apply: expected a qfx operation or Circuit, got {type(op).__name__}.")
+    check_parameter_shapes(ops, "apply")
     bad = [w for o in ops for w in o.wires if w >= n]
     if bad:
         raise ValueError(
@@ -701,8 +721,9 @@ def measure_state(
     state = jax.lax.cond(bit == 1, lambda s: qfx.apply(qfx.X(1), s), lambda s: s, state)
     ```
     """
-    state = jnp.asarray(state)
+    state = _state_arg(state, "measure_state")
     n = _num_wires_of(state, "measure_state")
+    check_key(key, "qfx.measure_state")
     op = measure(wire, reset, postselect)
     if op.wire >= n:
         raise ValueError(f"qfx.measure_state: wire {op.wire} is out of range for {n} wires (0..{n - 1}).")

@@ -19,7 +19,15 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
 import numpy as np
 
-from ._custom_types import EXACT, as_numeric, check_wires, complex_dtype, is_concrete, real_dtype
+from ._custom_types import (
+    EXACT,
+    as_numeric,
+    check_wires,
+    complex_dtype,
+    is_concrete,
+    real_dtype,
+    tolerance,
+)
 from ._observables import AbstractObservable, pauli_word_matrix
 
 # A shift rule for one parameter: terms (coefficient, shift) with df/dt = sum_k c_k f(t + s_k).
@@ -85,6 +93,9 @@ class AbstractGate(AbstractOperation):
 
     num_wires: ClassVar[int | None]
     param_names: ClassVar[tuple[str, ...]] = ()
+    # The shape of each parameter in one circuit where it is known (() for an angle), checked before a circuit
+    # runs, so that a batch of circuits passed unmapped gets a clear error. None (a user's gate): no check.
+    parameter_shapes: ClassVar[tuple[tuple[int, ...], ...] | None] = None
     # One shift rule per parameter, or None where no rule is known (e.g. QubitUnitary).
     shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = ()
     self_inverse: ClassVar[bool] = False
@@ -147,6 +158,7 @@ class _AbstractOneParameter(AbstractGate):
     theta: Array
     _wires: tuple[int, ...] = eqx.field(static=True)
     param_names: ClassVar[tuple[str, ...]] = ("theta",)
+    parameter_shapes: ClassVar[tuple[tuple[int, ...], ...]] = ((),)
     shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = (TWO_TERM,)
 
     def __init__(self, theta: ArrayLike, wires):
@@ -331,6 +343,7 @@ class Rot(AbstractGate):
     _wires: tuple[int, ...] = eqx.field(static=True)
     num_wires: ClassVar[int] = 1
     param_names: ClassVar[tuple[str, ...]] = ("phi", "theta", "omega")
+    parameter_shapes: ClassVar[tuple[tuple[int, ...], ...]] = ((),) * 3
     shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = (TWO_TERM,) * 3
 
     def __init__(self, phi, theta, omega, wires):
@@ -362,6 +375,7 @@ class U2(AbstractGate):
     _wires: tuple[int, ...] = eqx.field(static=True)
     num_wires: ClassVar[int] = 1
     param_names: ClassVar[tuple[str, ...]] = ("phi", "delta")
+    parameter_shapes: ClassVar[tuple[tuple[int, ...], ...]] = ((),) * 2
     shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = (TWO_TERM,) * 2
 
     def __init__(self, phi, delta, wires):
@@ -393,6 +407,7 @@ class U3(AbstractGate):
     _wires: tuple[int, ...] = eqx.field(static=True)
     num_wires: ClassVar[int] = 1
     param_names: ClassVar[tuple[str, ...]] = ("theta", "phi", "delta")
+    parameter_shapes: ClassVar[tuple[tuple[int, ...], ...]] = ((),) * 3
     shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = (TWO_TERM,) * 3
 
     def __init__(self, theta, phi, delta, wires):
@@ -574,6 +589,7 @@ class CRot(AbstractGate):
     _wires: tuple[int, ...] = eqx.field(static=True)
     num_wires: ClassVar[int] = 2
     param_names: ClassVar[tuple[str, ...]] = ("phi", "theta", "omega")
+    parameter_shapes: ClassVar[tuple[tuple[int, ...], ...]] = ((),) * 3
     shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = (FOUR_TERM,) * 3
 
     def __init__(self, phi, theta, omega, wires):
@@ -688,6 +704,7 @@ class PauliRot(AbstractGate):
     _wires: tuple[int, ...] = eqx.field(static=True)
     num_wires: ClassVar[None] = None
     param_names: ClassVar[tuple[str, ...]] = ("theta",)
+    parameter_shapes: ClassVar[tuple[tuple[int, ...], ...]] = ((),)
     shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = (TWO_TERM,)
 
     def __init__(self, theta, pauli_word: str, wires):
@@ -723,10 +740,6 @@ class PauliRot(AbstractGate):
         return super().__repr__().replace("PauliRot(", f"PauliRot({self.pauli_word!r}, ", 1)
 
 
-def _unitarity_tolerance(dtype) -> float:
-    return 1e-4 if jnp.finfo(dtype).bits <= 32 else 1e-9
-
-
 class QubitUnitary(AbstractGate):
     """Any k-qubit unitary; its entries are leaves (differentiable). Checked for unitarity when concrete."""
 
@@ -745,11 +758,12 @@ class QubitUnitary(AbstractGate):
                 f"QubitUnitary(wires={self._wires}): expected a ({dim}, {dim}) matrix for "
                 f"{len(self._wires)} wire(s), got shape {U.shape}."
             )
+        tol = tolerance(U.dtype)  # of the dtype it was computed in
         U = U.astype(complex_dtype())
         if is_concrete(U):
             gram = jnp.matmul(U.conj().T, U, precision=EXACT)
             err = float(jnp.max(jnp.abs(gram - jnp.eye(dim, dtype=U.dtype))))
-            if not err <= _unitarity_tolerance(U.dtype):  # NaN fails too
+            if not err <= tol:  # NaN fails too
                 raise ValueError(
                     f"QubitUnitary(wires={self._wires}): the matrix is not unitary "
                     f"(max |U^dagger U - I| = {err:.3g}); pass a unitary matrix."
@@ -759,6 +773,10 @@ class QubitUnitary(AbstractGate):
     @property
     def wires(self):
         return self._wires
+
+    @property
+    def parameter_shapes(self):
+        return ((2 ** len(self._wires),) * 2,)
 
     def matrix(self):
         return self.U
@@ -834,6 +852,10 @@ class Adjoint(AbstractGate):
         return self.base.parameters
 
     @property
+    def parameter_shapes(self):
+        return self.base.parameter_shapes
+
+    @property
     def shift_rules(self):
         # d/dt f(-t) flips the sign of every shift and every coefficient: the rule is unchanged
         # for the antisymmetric rules used here.
@@ -905,6 +927,10 @@ class Controlled(AbstractGate):
     @property
     def parameters(self):
         return self.base.parameters
+
+    @property
+    def parameter_shapes(self):
+        return self.base.parameter_shapes
 
     @property
     def shift_rules(self):

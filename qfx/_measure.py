@@ -16,7 +16,7 @@ from jaxtyping import Array, ArrayLike, PRNGKeyArray
 import numpy as np
 
 from . import _kernels as K
-from ._circuit import Circuit
+from ._circuit import Circuit, check_parameter_shapes
 from ._control_run import (
     control_sample,
     has_control,
@@ -32,6 +32,7 @@ from ._custom_types import (
     check_key,
     complex_dtype,
     real_dtype,
+    static_int,
     static_wires,
 )
 from ._gates import Hadamard, S
@@ -55,7 +56,9 @@ def _check_circuit(circuit, fn: str) -> Circuit:
             f"qfx.{fn}: an operation acts on wire {used}, but the circuit has {circuit.num_wires} wires; "
             "build a new qfx.Circuit (with num_wires=...) after replacing operations."
         )
-    return jax.tree.map(_as_leaf, circuit)
+    circuit = jax.tree.map(_as_leaf, circuit)
+    check_parameter_shapes(circuit.ops, fn)
+    return circuit
 
 
 def _as_leaf(x):
@@ -103,7 +106,10 @@ def _check_measured_wires(circuit: Circuit, wires, fn: str) -> tuple[int, ...]:
         return tuple(range(circuit.num_wires))
     ints = static_wires(wires)
     if ints is None or len(set(ints)) != len(ints) or any(w < 0 for w in ints):
-        raise ValueError(f"qfx.{fn}: wires must be distinct non-negative ints (static), got {wires!r}.")
+        raise ValueError(
+            f"qfx.{fn}: wires must be a sequence of distinct non-negative ints (static; their order is the "
+            f"order of the outcome bits), got {wires!r}."
+        )
     _check_wires_in(circuit, ints, f"qfx.{fn}(wires={ints})")
     return ints
 
@@ -206,12 +212,13 @@ def _estimates(state, lcs, key, shots: int, n: int) -> Array:
     return jnp.stack(out)
 
 
-def _check_shots(shots, key, fn: str):
-    if not isinstance(shots, (int, np.integer)) or isinstance(shots, bool) or shots < 1:
+def _check_shots(shots, key, fn: str) -> int:
+    if static_int(shots) is None or static_int(shots) < 1:
         raise ValueError(f"qfx.{fn}: shots must be a positive int (static), got {shots!r}.")
     if key is None:
         raise ValueError(f"qfx.{fn}: shots={shots} needs a PRNG key: pass key=jax.random.key(0).")
     check_key(key, f"qfx.{fn}")
+    return static_int(shots)
 
 
 # --- public entry points ------------------------------------------------------------------------
@@ -327,7 +334,7 @@ def expval(
     if shots is None:
         out = diff(Expectation(lambda psi, obs: _expvals(psi, obs, n)), circuit, psi0, lcs)
     else:
-        _check_shots(shots, key, "expval")
+        shots = _check_shots(shots, key, "expval")
         measure = Expectation(lambda psi, a: _estimates(psi, a[0], a[1], shots, n))
         out = diff(measure, circuit, psi0, (lcs, key))
     return out[0] if single else out
@@ -413,7 +420,7 @@ def sample(
     **Returns:** an int32 array of bits, shape `(shots, len(wires))`.
     """
     circuit = _check_circuit(circuit, "sample")
-    _check_shots(shots, key, "sample")
+    shots = _check_shots(shots, key, "sample")
     wires = _check_measured_wires(circuit, wires, "sample")
     n = circuit.num_wires
     if has_control(circuit.ops):

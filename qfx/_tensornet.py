@@ -34,9 +34,9 @@ import numpy as np
 import opt_einsum
 
 from . import _cutensornet, _kernels
-from ._circuit import Circuit, Repeat
+from ._circuit import Circuit, Repeat, check_parameter_shapes
 from ._control_run import has_control, run_control
-from ._custom_types import EXACT, complex_dtype, is_concrete, real_dtype
+from ._custom_types import EXACT, as_numeric, complex_dtype, is_concrete, real_dtype
 from ._gates import AbstractGate
 from ._observables import Hermitian, LinearCombination, PauliWord
 from .diff import AbstractDiffMethod, Backprop, FiniteDiff, ParameterShift
@@ -667,7 +667,7 @@ def _bitstring(circuit: Circuit, bitstring) -> Array:
         if set(bitstring) - {"0", "1"}:
             raise ValueError(f"qfx.amplitude: a bitstring has only '0' and '1', got {bitstring!r}.")
         bitstring = [int(c) for c in bitstring]
-    bits = jnp.asarray(bitstring)
+    bits = as_numeric(bitstring, "qfx.amplitude: the bitstring")
     if not jnp.issubdtype(bits.dtype, jnp.integer) and bits.dtype != jnp.bool_:
         raise TypeError(f"qfx.amplitude: the bitstring must hold integers 0 or 1, got dtype {bits.dtype}.")
     if bits.shape != (n,):
@@ -717,6 +717,7 @@ def amplitude(
         raise TypeError(
             f"qfx.amplitude: diff must be a qfx.diff method such as qfx.diff.Backprop(), got {diff!r}."
         )
+    check_parameter_shapes(circuit.ops, "amplitude")
     bits = _bitstring(circuit, bitstring)
     if backend is None:
         n = circuit.num_wires

@@ -39,8 +39,24 @@ def test_wires_may_be_concrete_integer_arrays():
     # A traced value cannot choose a wire: the error says so.
     with pytest.raises(TypeError, match="a traced value cannot choose a wire"):
         jax.jit(lambda w: qfx.H(w))(1)
-    with pytest.raises(ValueError, match="wires must be distinct non-negative ints \\(static\\)"):
+    with pytest.raises(ValueError, match="wires must be a sequence of distinct non-negative ints \\(static"):
         jax.jit(lambda w: qfx.probs(as_ints, wires=w))(1)
+
+
+def test_counts_may_be_concrete_integer_arrays():
+    # Every static count takes what wires take: a 0-d integer array (NumPy or JAX) is its int.
+    three, two = jnp.asarray(3), np.int64(2)
+    assert qfx.Circuit([qfx.H(0)], num_wires=three).num_wires == 3
+    assert type(qfx.Circuit([qfx.H(0)], num_wires=three).num_wires) is int
+    np.testing.assert_allclose(qfx.zero_state(two), qfx.zero_state(2))
+    assert qfx.measure(jnp.asarray(1)).wire == 1
+    assert qfx.PauliWord({np.int64(1): "Z"}) == qfx.PauliWord({1: "Z"})
+    body = qfx.Circuit([qfx.X(0)])
+    assert qfx.Repeat(body, length=two).length == 2
+    circ = qfx.Circuit([qfx.H(0)], num_wires=2)
+    key = jax.random.key(0)
+    shots = qfx.sample(circ, shots=jnp.asarray(5), key=key)
+    np.testing.assert_array_equal(shots, qfx.sample(circ, shots=5, key=key))
 
 
 def test_circuit_of_a_circuit_keeps_its_wires():

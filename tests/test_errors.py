@@ -17,6 +17,20 @@ def _stacked(size):
     return eqx.filter_vmap(lambda t: qfx.Circuit([qfx.RX(t, wires=0)]))(jnp.ones(size))
 
 
+def _batch_of_circuits():
+    return eqx.filter_vmap(lambda t: qfx.Circuit([qfx.RX(t, 0), qfx.CNOT((0, 1))]))(jnp.linspace(0, 1, 5))
+
+
+def _batch_of_circuits_with_layers():
+    layers = lambda t: qfx.Circuit([qfx.repeat(lambda a: [qfx.RY(a, 0)], t)])  # noqa: E731
+    return eqx.filter_vmap(layers)(jnp.ones((5, 3)))
+
+
+def _square_batch_of_circuits_with_layers():  # as many circuits as layers: the leading axis looks right
+    layers = lambda t: qfx.Circuit([qfx.repeat(lambda a: [qfx.RY(a, 0)], t)])  # noqa: E731
+    return eqx.filter_vmap(layers)(jnp.ones((3, 3)))
+
+
 class _NotAnObservableKind(qfx.AbstractObservable):
     @property
     def wires(self):
@@ -273,7 +287,7 @@ CASES = [
         "measured_wires_duplicate",
         lambda: qfx.density_matrix(C2, wires=(0, 0)),
         ValueError,
-        "wires must be distinct non-negative ints",
+        "wires must be a sequence of distinct non-negative ints",
     ),
     (
         "state_length",
@@ -374,13 +388,65 @@ CASES = [
         "qfx.probs: key must be a PRNG key",
     ),
     ("float_wire", lambda: qfx.H(0.0), TypeError, "wires must be an int or a sequence of ints, got 0.0"),
-    ("float_measured_wire", lambda: qfx.probs(C2, wires=(0.0,)), ValueError, "wires must be distinct"),
+    ("float_measured_wire", lambda: qfx.probs(C2, wires=(0.0,)), ValueError, "wires must be a sequence of"),
     (
         "bad_shots",
         lambda: qfx.sample(C2, key=jax.random.key(0), shots=0),
         ValueError,
         "shots must be a positive int",
     ),
+    (
+        "amplitude_bytes",
+        lambda: qfx.amplitude(C2, b"01"),
+        TypeError,
+        "qfx.amplitude: the bitstring must be a number or an array of numbers, got b'01'",
+    ),
+    ("amplitude_none", lambda: qfx.amplitude(C2, None), TypeError, "qfx.amplitude: the bitstring must be"),
+    ("apply_none", lambda: qfx.apply(qfx.H(0), None), TypeError, "qfx.apply: state must be a number"),
+    (
+        "measure_state_int_key",
+        lambda: qfx.measure_state(qfx.zero_state(2), 0, key=0),
+        TypeError,
+        "qfx.measure_state: key must be a PRNG key",
+    ),
+    ("zero_state_negative", lambda: qfx.zero_state(-1), ValueError, "qfx.zero_state: num_wires must be a"),
+    ("zero_state_float", lambda: qfx.zero_state(2.0), ValueError, "qfx.zero_state: num_wires must be a"),
+    ("probs_wire_set", lambda: qfx.probs(C2, wires={0, 1}), ValueError, "a sequence of distinct .* order"),
+    ("measure_float_wire", lambda: qfx.measure(1.0), ValueError, "qfx.measure: wire must be a non-negative"),
+    (
+        "batch_of_circuits_unmapped",
+        lambda: qfx.expval(_batch_of_circuits(), qfx.Z(1)),
+        ValueError,
+        re.escape("qfx.expval: RX on wires (0,) has a parameter of shape (5,), expected ()")
+        + ".*eqx.filter_vmap\\(lambda c: qfx.expval",
+    ),
+    (
+        "batch_of_circuits_with_layers_unmapped",
+        lambda: qfx.state(_batch_of_circuits_with_layers()),
+        ValueError,
+        re.escape("Repeat: length=3, but a parameter of its body has shape (5, 3)") + ".* jax.vmap",
+    ),
+    (
+        "square_batch_of_circuits_with_layers_unmapped",
+        lambda: qfx.state(_square_batch_of_circuits_with_layers()),
+        ValueError,
+        re.escape("qfx.state: RY on wires (0,) has a parameter of shape (3, 3), expected (3,)"),
+    ),
+    (
+        "batch_of_unitaries_unmapped",
+        lambda: qfx.apply(
+            eqx.filter_vmap(lambda u: qfx.QubitUnitary(u, 0))(jnp.stack([jnp.eye(2)] * 4)), qfx.zero_state(1)
+        ),
+        ValueError,
+        re.escape("QubitUnitary on wires (0,) has a parameter of shape (4, 2, 2), expected (2, 2)."),
+    ),
+    (
+        "batch_of_circuits_amplitude",
+        lambda: qfx.amplitude(_batch_of_circuits(), "00"),
+        ValueError,
+        "qfx.amplitude: RX on wires",
+    ),
+    ("pauli_word_bool_wire", lambda: qfx.PauliWord({True: "Z"}), ValueError, "wires must be non-negative"),
 ]
 
 

@@ -337,3 +337,27 @@ def test_angles_follow_x64(x64):
     assert gate.theta.dtype == jnp.float64
     assert gate.matrix().dtype == jnp.complex128
     assert qfx.QubitUnitary(np.eye(2), wires=0).U.dtype == jnp.complex128
+
+
+def test_x64_judges_inputs_by_the_precision_they_were_computed_in(x64):
+    # A unitary and a state computed in complex64 are exact to ~1e-7; under x64 qfx stores them as complex128
+    # but must not hold them to float64's precision. The same error in a complex128 input is refused.
+    H = np.array([[0.3, 0.2 + 0.1j], [0.2 - 0.1j, -0.5]])
+    U64 = jax.scipy.linalg.expm(1j * jnp.asarray(H, jnp.complex64))
+    err = np.abs(np.asarray(U64, np.complex128).conj().T @ np.asarray(U64, np.complex128) - np.eye(2)).max()
+    assert 1e-9 < err < 1e-5  # the case under test: between the two precisions
+    assert qfx.QubitUnitary(U64, wires=0).U.dtype == jnp.complex128
+    with pytest.raises(ValueError, match="not unitary"):
+        qfx.QubitUnitary(np.asarray(U64, np.complex128), wires=0)
+    with pytest.raises(ValueError, match="not unitary"):
+        qfx.QubitUnitary(U64 * (1 + 1e-3), wires=0)
+
+    psi = jnp.asarray(np.arange(1, 5) + 0.3j, jnp.complex64)
+    psi = psi / jnp.linalg.norm(psi).astype(psi.dtype)
+    norm_err = abs(np.sum(np.abs(np.asarray(psi, np.complex128)) ** 2) - 1)
+    assert 1e-10 < norm_err < 1e-5
+    circ = qfx.Circuit([qfx.H(0)], num_wires=2)
+    out = qfx.state(circ, initial_state=psi)
+    assert out.dtype == jnp.complex128
+    with pytest.raises(ValueError, match="not normalised"):
+        qfx.state(circ, initial_state=np.asarray(psi, np.complex128))
