@@ -542,10 +542,16 @@ class Bridge:
                 out_diff = tuple(_is_differentiable(o.dtype) for o in outs)
                 out_avals = tuple((o.shape, o.dtype) for o in outs)
                 diff = [o for o, d in zip(outs, out_diff, strict=True) if d]
-                if len(diff) == 1 and diff[0].size == 1 and jnp.issubdtype(diff[0].dtype, jnp.floating):
+                if (
+                    len(diff) == 1
+                    and diff[0].size == 1
+                    and jnp.issubdtype(diff[0].dtype, jnp.floating)
+                    and jnp.finfo(diff[0].dtype).bits >= 32
+                ):
                     # A scalar loss (of any shape with one entry): its VJP is linear in the one real
                     # cotangent, so compute the gradients now, fused with the forward, and let the backward
-                    # scale them.
+                    # scale them. Not in float16 or bfloat16: a gradient for a unit cotangent can underflow
+                    # or overflow there where the one for the real cotangent (a loss scale) does not.
                     seed = jnp.ones(diff[0].shape, diff[0].dtype)
                     grads = _pull(pullback, out_diff, out_avals, (seed,))
                     return outs, _Kept(grads, ("grads",))

@@ -416,6 +416,24 @@ def test_one_entry_outputs_of_any_shape(shape):
     torch.testing.assert_close(x.grad, torch.tensor([6.0, 12.0]))
 
 
+def test_half_precision_losses_are_scaled_before_the_pullback():
+    """Mixed-precision training scales a half-precision loss by a large factor so that small gradients do
+    not underflow (or divides it, for large ones): the bridge must apply the real cotangent in the pullback,
+    as torch and JAX do, not scale a gradient computed for a unit cotangent."""
+    fj = lambda x, y: jnp.sum(x * y * y)  # noqa: E731
+    f = qt.to_torch(fj)
+    tdt = torch.float16  # (bfloat16 has float32's range: the unit-cotangent gradient fits there)
+    for yy, scale in [(1e-4, 16384.0), (300.0, 1 / 64)]:  # y*y underflows / overflows in float16
+        x = torch.ones(3, dtype=tdt, requires_grad=True)
+        y = torch.full((3,), yy, dtype=tdt)
+        f(x, y).backward(torch.tensor(scale, dtype=tdt))
+        bridged = x.grad.clone()
+        x.grad = None
+        (x * y * y).sum().backward(torch.tensor(scale, dtype=tdt))
+        assert torch.isfinite(bridged).all() and (bridged != 0).all()
+        torch.testing.assert_close(bridged, x.grad, rtol=2e-2, atol=0)
+
+
 def _live_jax_bytes() -> int:
     """Bytes of the live JAX arrays on the CPU, where calls on CPU tensors run (also on a GPU machine)."""
     gc.collect()
