@@ -464,7 +464,10 @@ class Bridge:
         self.call = jax.jit(flat_fn) if jit else flat_fn
         self._vjps: dict[tuple, Bridge] = {}
         self._keeps: dict[tuple[bool, ...], Callable] = {}
-        self._pull_kept = jax.jit(_pull_kept) if jit else _pull_kept
+        # A closure per bridge, not `jax.jit(_pull_kept)`: JAX caches compilations per function, and the
+        # module-level function would keep every bridge's (whose static part holds the pullback's jaxpr)
+        # for the life of the process, ~1.5 MiB per TorchLayer ever made.
+        self._pull_kept = jax.jit(lambda kept, *cts: _pull_kept(kept, *cts)) if jit else _pull_kept
         self._jvps: dict[tuple[bool, ...], Bridge] = {}
         self._vmaps: dict[tuple[int | None, ...], Bridge] = {}
         self.function = _make_function(self)
@@ -488,7 +491,7 @@ class Bridge:
                     return self._c_apply(*tensors)
                 finally:
                     _handoff.needs = _handoff.kept = None
-        if getattr(_forward_ad, "_current_level", 0) < 0:  # a private attribute: absent means "maybe"
+        if not _dual_level():
             # Nothing to record (no graph, no dual tensors outside a `dual_level`): the autograd node
             # would be dropped at once, so the forward runs without it (~30 us less a call).
             return self.forward(*tensors)
@@ -629,6 +632,12 @@ class Bridge:
         return self._vmaps[in_dims]
 
 
+def _dual_level() -> bool:
+    """Whether a `torch.autograd.forward_ad.dual_level` may be active: torch's private attribute, and True
+    when it is absent."""
+    return getattr(_forward_ad, "_current_level", 0) >= 0
+
+
 def _make_function(bridge: Bridge) -> type[torch.autograd.Function]:
     class JaxFunction(torch.autograd.Function):
         @staticmethod
@@ -663,8 +672,9 @@ def _make_function(bridge: Bridge) -> type[torch.autograd.Function]:
             # Missing if saved-tensor hooks (e.g. torch.autograd.graph.save_on_cpu) replaced the holder.
             kept = getattr(saved[-1], "qfx_kept", None) if len(saved) > ctx.n_inputs else None
             cts = [g for g, d in zip(grads, ctx.out_diff, strict=True) if d]
-            if kept is not None and kept[0] == needs and not torch.is_grad_enabled():
-                # First order (no create_graph): apply what the forward kept.
+            if kept is not None and kept[0] == needs and not torch.is_grad_enabled() and not _dual_level():
+                # First order (no create_graph, no dual_level: the kept residuals know nothing of tangents,
+                # so forward-over-reverse needs the VJP bridge, whose JVP torch applies): apply them.
                 out = iter(bridge.pull_kept(kept[1], cts))
             else:  # differentiable again: the VJP as a bridge of the torch inputs
                 out = iter(bridge.vjp(needs, ctx.out_diff).apply(*primals, *cts))

@@ -288,6 +288,48 @@ def test_calls_without_a_graph_skip_the_autograd_node_but_keep_forward_ad():
     np.testing.assert_allclose(_np(out_tangent), np.asarray(jac_theta) @ _np(tangent), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")  # see above
+@pytest.mark.parametrize("outputs", ["scalar", "vector"])
+def test_forward_over_reverse_without_create_graph(outputs, x64):
+    """A first-order backward inside a forward-AD dual level: the gradient's tangent is a Hessian-vector
+    product, which the residuals kept by the forward cannot give (they know nothing of tangents)."""
+    fj = (lambda x: jnp.sum(jnp.sin(x) * x)) if outputs == "scalar" else (lambda x: jnp.sin(x) * x)
+    f = qt.to_torch(fj)
+    x0 = np.array([0.3, 0.8, -1.1])
+    v = np.array([1.0, 0.0, 0.5])
+    x = torch.tensor(x0, requires_grad=True)
+    with fwad.dual_level():
+        y = f(fwad.make_dual(x, torch.tensor(v)))
+        (g,) = torch.autograd.grad((y * y).sum(), x)
+        tangent = fwad.unpack_dual(g).tangent
+    loss = lambda x: jnp.sum(fj(x) ** 2)  # noqa: E731
+    expected = jax.jvp(jax.grad(loss), (jnp.asarray(x0),), (jnp.asarray(v),))[1]
+    assert tangent is not None
+    np.testing.assert_allclose(_np(tangent), np.asarray(expected), rtol=1e-12)
+
+
+def test_layers_made_and_dropped_leave_no_compilations_behind():
+    """Each new TorchLayer compiles its own calls; once it is dropped they must go with it (a module-level
+    jitted function once kept every layer's backward, ~1.5 MiB a layer, for the life of the process)."""
+
+    def rss_mib():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+    def use_one_layer():
+        layer = qt.TorchLayer(lambda x, w: jnp.tanh(x @ w), {"w": (16, 16)})
+        layer(torch.randn(4, 16)).sum().backward()
+
+    for _ in range(10):  # warm-up: what every layer shares is compiled and allocated
+        use_one_layer()
+    gc.collect()
+    before = rss_mib()
+    for _ in range(60):
+        use_one_layer()
+    gc.collect()
+    assert rss_mib() - before < 30  # 90 MiB and more when every layer's compilations were kept
+
+
 @pytest.mark.parametrize("size", [4, 100_000])  # below and above the bridge's copy threshold (64 KiB)
 def test_small_inputs_are_copied_large_ones_shared_and_both_are_exact(size):
     f = qt.to_torch(lambda a, b: (jnp.sin(a) * b, a))
