@@ -246,6 +246,10 @@ def to_torch(fn: Callable, *, jit: bool = True) -> Callable:
 # --- TorchLayer -----------------------------------------------------------------------------------
 
 
+# Attributes of a TorchLayer instance and the forward's argument: weights cannot take these names.
+_RESERVED = ("inputs", "diff", "circuit_fn", "weight_shapes", "training")
+
+
 def _check_weight_shapes(weight_shapes) -> dict[str, tuple[int, ...]]:
     if not isinstance(weight_shapes, Mapping) or not weight_shapes:
         raise TypeError(
@@ -256,7 +260,7 @@ def _check_weight_shapes(weight_shapes) -> dict[str, tuple[int, ...]]:
     for name, shape in weight_shapes.items():
         if not isinstance(name, str) or not name.isidentifier() or "." in name:
             raise ValueError(f"TorchLayer: weight name {name!r} is not a valid Python identifier.")
-        if hasattr(torch.nn.Module, name) or name in ("inputs", "diff"):
+        if hasattr(torch.nn.Module, name) or name in _RESERVED or name.startswith("_"):
             raise ValueError(f"TorchLayer: weight name {name!r} is reserved; choose another name.")
         if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
             shape = (int(shape),)
@@ -354,14 +358,24 @@ class TorchLayer(torch.nn.Module):
             if callable(how):
                 value = torch.empty(shape, dtype=dtype, device=device)
                 with torch.no_grad():
-                    how(value)
-            else:
-                value = torch.as_tensor(how, dtype=dtype, device=device).clone()
-                if tuple(value.shape) != shape:
-                    raise ValueError(
-                        f"TorchLayer: init[{name!r}] has shape {tuple(value.shape)}, but "
-                        f"weight_shapes[{name!r}] is {shape}."
+                    made = how(value)  # in place, like torch.nn.init.*_; a function may return a new tensor
+                if isinstance(made, torch.Tensor) and made is not value:
+                    value = made.detach().clone()
+                elif made is not None and not isinstance(made, torch.Tensor):
+                    raise TypeError(
+                        f"TorchLayer: init for {name!r} must fill its tensor in place (or return a tensor), "
+                        f"got {type(made).__name__}."
                     )
+            else:
+                value = torch.as_tensor(how, device=device).clone()
+            # Given values (NumPy's float64, Python ints) take the layer's dtype, torch's default if none.
+            real = torch.get_default_dtype()
+            value = value.to(device, dtype or (value.dtype if value.is_complex() else real))
+            if tuple(value.shape) != shape:
+                raise ValueError(
+                    f"TorchLayer: init[{name!r}] has shape {tuple(value.shape)}, but "
+                    f"weight_shapes[{name!r}] is {shape}."
+                )
             self.register_parameter(name, torch.nn.Parameter(value))
         self.circuit_fn = circuit_fn
         self.weight_shapes = shapes
@@ -381,7 +395,7 @@ class TorchLayer(torch.nn.Module):
                 raise ValueError(f"{name} must have shape (batch..., d) or (d,), got a scalar.")
         weights = {}
         for w, shape in self.weight_shapes.items():
-            p = self._parameters[w]
+            p = getattr(self, w)  # a parametrization (torch.nn.utils.parametrize) computes it here
             if p is None or p.shape != shape:  # e.g. assigned after construction
                 got = None if p is None else tuple(p.shape)
                 raise ValueError(f"TorchLayer: weight {w!r} has shape {got}, expected {shape}.")

@@ -741,6 +741,11 @@ def test_layer_errors_name_the_argument():
         qt.TorchLayer(layer_circuit, {"forward": 2})
     with pytest.raises(TypeError, match="weight_shapes must be a non-empty dict"):
         qt.TorchLayer(layer_circuit, [(2, 2)])
+    for name in ("circuit_fn", "weight_shapes", "training", "_fn"):  # the layer's own attributes
+        with pytest.raises(ValueError, match=f"weight name '{name}' is reserved"):
+            qt.TorchLayer(layer_circuit, {name: 2})
+    with pytest.raises(TypeError, match="init for 'theta' must fill its tensor in place"):
+        qt.TorchLayer(layer_circuit, SHAPES, init=lambda t: 0.5)
     layer = qt.TorchLayer(layer_circuit, SHAPES)
     with pytest.raises(TypeError, match=r"TorchLayer\(layer_circuit\): inputs has dtype torch.int64"):
         layer(torch.ones(3, 2, dtype=torch.int64))
@@ -749,6 +754,29 @@ def test_layer_errors_name_the_argument():
     layer.theta = torch.nn.Parameter(torch.zeros(3))
     with pytest.raises(ValueError, match=r"weight 'theta' has shape \(3,\), expected \(2, 2\)"):
         layer(torch.ones(3, 2))
+
+
+def test_layer_init_values_and_functions_and_parametrizations():
+    # A function may fill in place (torch.nn.init) or return a new tensor; given values (NumPy float64,
+    # Python ints) take torch's default dtype unless dtype= says otherwise.
+    fills = qt.TorchLayer(layer_circuit, SHAPES, init=torch.nn.init.ones_)
+    returns = qt.TorchLayer(layer_circuit, SHAPES, init=lambda t: torch.ones_like(t))
+    values = qt.TorchLayer(layer_circuit, SHAPES, init={"theta": np.ones((2, 2)), "phi": 1})
+    for layer in (fills, returns, values):
+        assert layer.theta.dtype == layer.phi.dtype == torch.get_default_dtype()
+        torch.testing.assert_close(layer.theta.detach(), torch.ones(2, 2))
+    as64 = qt.TorchLayer(layer_circuit, SHAPES, init={"theta": np.ones((2, 2))}, dtype=torch.float64)
+    assert as64.theta.dtype == as64.phi.dtype == torch.float64
+    # A parametrized weight is computed by the parametrization; gradients reach the original parameter.
+    x = torch.tensor([[0.3, -0.4], [1.0, 0.2]])
+    plain = qt.TorchLayer(layer_circuit, SHAPES)
+    squashed = copy.deepcopy(plain)
+    torch.nn.utils.parametrize.register_parametrization(squashed, "theta", torch.nn.Tanh())
+    with torch.no_grad():
+        plain.theta.copy_(torch.tanh(plain.theta))
+    torch.testing.assert_close(squashed(x), plain(x))
+    squashed(x).sum().backward()
+    assert squashed.parametrizations.theta.original.grad is not None
 
 
 def test_hybrid_classifier_trains():
