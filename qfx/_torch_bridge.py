@@ -639,8 +639,11 @@ def _dual_level() -> bool:
 
 
 def _make_function(bridge: Bridge) -> type[torch.autograd.Function]:
+    # The methods that run JAX are `torch.compiler.disable`d (~0.4 us a call): under `torch.compile`, the
+    # `torch.func` transforms call them from frames TorchDynamo would otherwise trace, into JAX itself.
     class JaxFunction(torch.autograd.Function):
         @staticmethod
+        @torch.compiler.disable
         def forward(*tensors):
             return bridge.forward(*tensors)
 
@@ -663,6 +666,7 @@ def _make_function(bridge: Bridge) -> type[torch.autograd.Function]:
                 ctx.mark_non_differentiable(*[o for o, d in zip(output, ctx.out_diff, strict=True) if not d])
 
         @staticmethod
+        @torch.compiler.disable
         def backward(ctx, *grads):
             needs = tuple(ctx.needs_input_grad)
             if not any(needs):
@@ -681,6 +685,7 @@ def _make_function(bridge: Bridge) -> type[torch.autograd.Function]:
             return tuple(next(out) if need else None for need in needs)
 
         @staticmethod
+        @torch.compiler.disable
         def jvp(ctx, *tangents):
             primals = ctx.saved_tensors
             has = tuple(t is not None for t in tangents)
@@ -691,6 +696,7 @@ def _make_function(bridge: Bridge) -> type[torch.autograd.Function]:
             return tuple(next(out) if d else None for d in ctx.out_diff)
 
         @staticmethod
+        @torch.compiler.disable
         def vmap(info, in_dims, *tensors):
             outs = bridge.vmap(tuple(in_dims)).apply(*tensors)
             return outs, (0,) * len(outs)

@@ -29,7 +29,8 @@ cotangents on the way in and gradients on the way out, so `z.grad` follows torch
 **Precision.** float64 and complex128 tensors need JAX's 64-bit mode
 (`jax.config.update("jax_enable_x64", True)`); otherwise the bridge raises instead of silently casting.
 
-**Tracing.** Under `torch.compile` a bridged call runs outside TorchDynamo's graph (a graph break), eagerly.
+**Tracing.** Under `torch.compile` a bridged call runs outside TorchDynamo's graph (a graph break), eagerly,
+also inside `torch.func` transforms (the bridge's `autograd.Function` methods are `torch.compiler.disable`d).
 `torch.jit.trace` and `make_fx`-based tracing (`torch.func.linearize`) raise: they would record the JAX
 call's outputs as constants.
 

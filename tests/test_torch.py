@@ -535,6 +535,25 @@ def test_tracing_torch_compile_and_legacy_vmap():
         torch.autograd.grad(y, x, torch.eye(3), is_grads_batched=True)
 
 
+# TorchDynamo reads .grad of the transforms' intermediate tensors as it resumes after the graph break.
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf:UserWarning")
+def test_torch_compile_of_torch_func_transforms():
+    """Under torch.compile, a torch.func transform of a bridged call runs the call eagerly: TorchDynamo must
+    not trace into the bridge's autograd.Function (it once did, and fed JAX's tracers to its own frames)."""
+    f = qt.to_torch(lambda x, w: jnp.sin(x) * w)
+    x, w = torch.tensor([0.3, -0.7, 1.2]), torch.tensor([1.5, 0.2, -0.4])
+    transforms = {
+        "grad": lambda: torch.func.grad(lambda x, w: f(x, w).sum(), argnums=1),
+        "jacrev": lambda: torch.func.jacrev(f, argnums=1),
+        "jacfwd": lambda: torch.func.jacfwd(f, argnums=1),
+        "vmap": lambda: torch.func.vmap(f, in_dims=(0, None)),
+    }
+    for name, make in transforms.items():
+        torch._dynamo.reset()
+        args = (torch.stack([x, 2 * x]), w) if name == "vmap" else (x, w)
+        torch.testing.assert_close(torch.compile(make(), backend="aot_eager")(*args), make()(*args), msg=name)
+
+
 # --- torch.func -------------------------------------------------------------------------------------
 
 
