@@ -120,6 +120,11 @@ class _Entry:
                         "to_torch: the function must return arrays (or a pytree of arrays), but it "
                         f"returned a {type(leaf).__name__} leaf."
                     )
+                if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+                    raise TypeError(
+                        f"to_torch: the function returned a PRNG key array (dtype {leaf.dtype}), which torch "
+                        "has no dtype for; return jax.random.key_data(key) instead."
+                    )
             return tuple(jnp.asarray(x) for x in leaves)
 
         self.bridge = Bridge(flat_fn, jit)

@@ -633,6 +633,8 @@ def test_bad_arguments_raise_clear_errors():
         qt.from_jax(np.ones(2))
     with pytest.raises(TypeError, match="must return arrays"):
         qt.to_torch(lambda x: "no")(x)
+    with pytest.raises(TypeError, match=r"returned a PRNG key array .* jax.random.key_data\(key\)"):
+        qt.to_torch(lambda x: (x, jax.random.key(0)))(x)
     with pytest.raises(TypeError, match=r"argument \[1\] has layout torch.sparse_coo.*to_dense"):
         f(theta, torch.eye(2).to_sparse())
 
