@@ -434,6 +434,16 @@ def _pull_kept(kept: _Kept, *cts) -> tuple:
 _handoff = threading.local()
 
 
+# torch's forward-over-reverse (torch.func.hessian, jacfwd of jacrev) also takes the forward mode of the
+# function itself, unlike jax.hessian; a method with a reverse rule only (qfx.diff.Adjoint) cannot give it.
+_FORWARD_MODE_IN_TORCH = (
+    "qfx.torch: torch's forward mode (torch.func.jvp, jacfwd, and hessian, which is jacfwd of jacrev) needs "
+    "the forward-mode derivative of the JAX function itself, which it does not have. For a Hessian use "
+    "torch.autograd.grad twice with create_graph=True, torch.func.jacrev of torch.func.jacrev, or "
+    "torch.autograd.functional.hessian. JAX said: "
+)
+
+
 class Bridge:
     """A flat JAX function `f(*arrays) -> tuple of arrays` as a `torch.autograd.Function`.
 
@@ -617,7 +627,12 @@ class Bridge:
                 primals, tangents = args[:n], args[n:]
                 wrt = [p for p, h in zip(primals, has, strict=True) if h]
                 tangents = tuple(t.astype(w.dtype) for t, w in zip(tangents, wrt, strict=True))
-                outs, out_tangents = jax.jvp(_restrict(flat_fn, primals, has), tuple(wrt), tangents)
+                try:
+                    outs, out_tangents = jax.jvp(_restrict(flat_fn, primals, has), tuple(wrt), tangents)
+                except TypeError as e:
+                    if "forward-mode" not in str(e):
+                        raise
+                    raise TypeError(_FORWARD_MODE_IN_TORCH + str(e)) from e
                 return tuple(
                     t for o, t in zip(outs, out_tangents, strict=True) if _is_differentiable(o.dtype)
                 )

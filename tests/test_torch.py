@@ -608,6 +608,23 @@ def test_func_grad_jacrev_jacfwd_hessian(x64):
 # --- errors -----------------------------------------------------------------------------------------
 
 
+def test_adjoint_in_torch_forward_mode_says_what_works(x64):
+    """torch.func.hessian is jacfwd of jacrev, which takes the forward mode of the function itself: the
+    adjoint method has none. The error names the alternatives, and they agree with jax.hessian."""
+
+    def energy(t):
+        circ = qfx.Circuit([qfx.RX(t[0], wires=0), qfx.RY(t[1], wires=0), qfx.CNOT((0, 1))])
+        return qfx.expval(circ, qfx.Z(1), diff=qfx.diff.Adjoint())
+
+    f = qt.to_torch(energy)
+    t = torch.tensor([0.3, 0.5], dtype=torch.float64)
+    with pytest.raises(TypeError, match=r"torch.s forward mode .* torch.func.jacrev of torch.func"):
+        torch.func.hessian(f)(t)
+    expected = np.asarray(jax.hessian(energy)(jnp.asarray([0.3, 0.5])))
+    np.testing.assert_allclose(_np(torch.func.jacrev(torch.func.jacrev(f))(t)), expected, rtol=1e-10)
+    np.testing.assert_allclose(_np(torch.autograd.functional.hessian(f, t)), expected, rtol=1e-10)
+
+
 def test_bad_arguments_raise_clear_errors():
     f = F_CIRCUIT
     theta, x = _inputs(requires_grad=False)
