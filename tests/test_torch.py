@@ -608,6 +608,7 @@ def test_func_grad_jacrev_jacfwd_hessian(x64):
 # --- errors -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")  # forward AD
 def test_adjoint_in_torch_forward_mode_says_what_works(x64):
     """torch.func.hessian is jacfwd of jacrev, which takes the forward mode of the function itself: the
     adjoint method has none. The error names the alternatives, and they agree with jax.hessian."""
