@@ -15,9 +15,14 @@ from ._shifts import check_rules, chunk_size, instantiate, is_zero, leaves_with_
 _KEY_TAG = 0x51F7
 
 
+def _is_key(x) -> bool:
+    """A typed PRNG key or a raw (uint32) one."""
+    return jnp.issubdtype(x.dtype, jax.dtypes.prng_key) or x.dtype == jnp.uint32
+
+
 def _reseed_key(x, b: Array):
     """A fresh key for evaluation `b`; arrays that are not keys pass through."""
-    if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) or x.dtype == jnp.uint32:
+    if _is_key(x):
         return jax.random.fold_in(jax.random.fold_in(x, _KEY_TAG), b)
     return x
 
@@ -84,7 +89,10 @@ class ParameterShift(AbstractDiffMethod):
     derived from `key` by `jax.random.fold_in`, so the gradient is an unbiased estimator of the exact
     gradient, as on hardware. Derivatives with respect to observable coefficients differentiate the
     measurement at the final state (first order also with shots; mixed second derivatives with
-    coefficients use autodiff through the simulation, so not with shots).
+    coefficients use autodiff through the simulation, so not with shots). With shots and more shifted
+    circuits than fit in one chunk, second derivatives are taken by `jax.hessian` or `jax.jacfwd` (the
+    chunks then run in a `lax.while_loop`, which reverse-over-reverse, `jax.grad` of `jax.grad`, cannot
+    differentiate: JAX raises its error on while loops).
 
     It applies to measurements linear in `|psi><psi|` (marked `qfx.diff.Expectation`: `expval`,
     `probs`, `density_matrix`) and to `var` (shifts of `<O^2>` and `<O>`), not to `qfx.state`, and not to
@@ -156,7 +164,17 @@ class ParameterShift(AbstractDiffMethod):
                 )
                 t_out = t_out + t_coeffs
             no_rules = [None] * len(jax.tree.leaves(args_diff))
-            t_shift = shifted_jvp(shifted, primals, tangents, (rules, [None], no_rules, []), reseed, chunk)
+            # With shots (a key among the arguments) autodiff sees estimates as constants: see map_in_chunks.
+            keyed = any(_is_key(x) for x in jax.tree.leaves(args_arrays))
+            t_shift = shifted_jvp(
+                shifted,
+                primals,
+                tangents,
+                (rules, [None], no_rules, []),
+                reseed,
+                chunk,
+                loop="while" if keyed else "scan",
+            )
             if t_shift is not None:
                 t_out = t_out + t_shift
             return out, t_out

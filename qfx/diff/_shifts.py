@@ -62,12 +62,33 @@ def from_real_coordinates(v: Array, like: Array) -> Array:
     return v.astype(like.dtype).reshape(like.shape)
 
 
-def map_in_chunks(fn: Callable, xs: tuple[Array, ...], chunk: int) -> PyTree:
-    """`jax.vmap(fn)(*xs)`, evaluated `chunk` at a time by `lax.map` when there are more."""
+def map_in_chunks(fn: Callable, xs: tuple[Array, ...], chunk: int, *, loop: str = "scan") -> Array:
+    """`jax.vmap(fn)(*xs)`, evaluated `chunk` at a time when there are more: by `lax.map` (a scan), or with
+    `loop="while"` by a `lax.while_loop`.
+
+    The while loop is for `fn` whose derivatives exist only through a custom rule that `fn` itself calls
+    (shot-based estimates, which autodiff sees as constant): when a custom_jvp rule maps its own function
+    under `lax.scan`, JAX's reverse mode drops the inner rule from the scan's primal part, so a second
+    derivative taken over reverse mode (`jax.hessian`) came out zero. Under a while loop `jax.hessian`,
+    `jax.jacfwd` and first derivatives are right; reverse over reverse raises JAX's error on while loops."""
     count = xs[0].shape[0]
     if chunk >= count:
         return jax.vmap(fn)(*xs)
-    return jax.lax.map(lambda x: fn(*x), xs, batch_size=chunk)
+    if loop == "scan":
+        return jax.lax.map(lambda x: fn(*x), xs, batch_size=chunk)
+    num = -(-count // chunk)
+    padded = [jnp.concatenate([x, jnp.repeat(x[-1:], num * chunk - count, axis=0)]) for x in xs]
+    blocks = [x.reshape(num, chunk, *x.shape[1:]) for x in padded]
+    block = jax.vmap(fn)
+    first = jax.eval_shape(block, *[b[0] for b in blocks])
+
+    def body(state):
+        i, out = state
+        return i + 1, out.at[i].set(block(*[b[i] for b in blocks]))
+
+    out = jnp.zeros((num, *first.shape), first.dtype)
+    _, out = jax.lax.while_loop(lambda state: state[0] < num, body, (jnp.int32(0), out))
+    return out.reshape(num * chunk, *first.shape[1:])[:count]
 
 
 def chunk_size(state_bytes: int, batch_size: int | None) -> int:
@@ -83,6 +104,8 @@ def shifted_jvp(
     rules: Sequence[Sequence[Rule | None]],
     reseed: Callable[[Sequence[PyTree], Array], Sequence[PyTree]],
     chunk: int,
+    *,
+    loop: str = "scan",
 ) -> Array | None:
     """`sum_m t_m sum_k c_k f(x + s_k e_m)` over the real coordinates `m` of the selected leaves.
 
@@ -94,6 +117,7 @@ def shifted_jvp(
       (complex leaves have two per element: real and imaginary parts), or None to leave it out.
     - `reseed(primals, b)`: the arguments for evaluation number `b` (for fresh PRNG keys per evaluation).
     - `chunk`: how many shifted evaluations run together.
+    - `loop`: how chunks are looped over (`map_in_chunks`): "while" when `f` has no derivative but its rule.
 
     **Returns:** the JVP contribution, or None when no selected leaf has a nonzero tangent.
     """
@@ -138,6 +162,7 @@ def shifted_jvp(
         evaluate,
         (jnp.asarray(index), jnp.asarray(shift, dtype), jnp.arange(count, dtype=jnp.uint32)),
         chunk,
+        loop=loop,
     )
     weights = jnp.asarray(coeff, dtype) * t[index]
     return jnp.tensordot(weights.astype(values.dtype), values, axes=1, precision=EXACT)
