@@ -487,11 +487,16 @@ class TensorNetwork(eqx.Module):
             # One network with a batch mode on the operands that differ between the members (an index
             # shared by several tensors and the output). The same path applies.
             batch = 1 + max(m for t in net.inputs for m in t)
-            operands, inputs = [], []
+            operands, inputs, batched = [], [], False
             for j, modes in enumerate(net.inputs):
                 x, axis = ops.many([nets[k].recipe[j] for k in members], [terms[k] for k in members])
                 operands.append(x)
                 inputs.append(modes if axis is None else (batch,) + modes)
+                batched |= axis is not None
+            if not batched:  # the members are one network (e.g. X(0) + X(1) after fixed gates): contract once
+                value = self._contract(net.inputs, net.output, net.path, operands)
+                out = [value if k in members else v for k, v in enumerate(out)]
+                continue
             values = self._contract(tuple(inputs), (batch,) + net.output, net.path, operands)
             for i, k in enumerate(members):
                 out[k] = values[i]

@@ -477,6 +477,18 @@ def _rx_on_0(i):
     return [qfx.RX(0.4, wires=0)]
 
 
+def test_terms_with_identical_networks():
+    """Terms after fixed gates only (a translation-invariant sum) give identical networks: stacked, no
+    operand would carry the batch axis; they are contracted once."""
+    circ = qfx.Circuit([qfx.H(0), qfx.H(1), qfx.H(2)])
+    obs = qfx.X(0) + qfx.X(1) + 0.5 * qfx.Z(2)
+    np.testing.assert_allclose(qfx.expval(circ, obs, backend=TN), qfx.expval(circ, obs), atol=1e-6)
+    many = qfx.expval(circ, [qfx.X(0), qfx.X(1), qfx.Z(2)], backend=TN)
+    np.testing.assert_allclose(many, [1.0, 1.0, 0.0], atol=1e-6)
+    idle = qfx.Circuit([qfx.H(2)], num_wires=3)
+    assert float(qfx.expval(idle, qfx.Z(0) + qfx.Z(1), backend=TN)) == pytest.approx(2.0, abs=1e-6)
+
+
 def test_edge_cases():
     """An optimizer object serves every network (a copy each); no terms, no wires; bits checked under
     jit; a Repeat whose leaves were sliced to fewer layers than its length raises on both backends."""
