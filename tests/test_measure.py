@@ -160,6 +160,18 @@ def test_grad_matches_finite_differences(x64):
     np.testing.assert_allclose(np.asarray(grad_obs.coeffs), [ref.expval(circ, t) for t in terms], atol=1e-10)
 
 
+def test_var_ignores_identity_offsets():
+    """var(O + c I) = var(O); in complex64, <O^2> - <O>^2 with c = 1000 once cancelled to 0.125 for a state
+    whose variance is 0 (an eigenstate of O)."""
+    circ = qfx.Circuit([qfx.RY(0.7, wires=0), qfx.RX(0.2, wires=1)])
+    eigen = np.cos(0.7) * qfx.Z(0) + np.sin(0.7) * qfx.X(0)
+    offset = eigen + 1000.0 * qfx.I(0)
+    assert abs(float(qfx.var(circ, offset))) < 1e-5
+    mixed = qfx.Z(1) + 0.5 * qfx.X(0) - 300.0 * qfx.I(1)
+    np.testing.assert_allclose(qfx.var(circ, mixed), qfx.var(circ, qfx.Z(1) + 0.5 * qfx.X(0)), atol=1e-5)
+    np.testing.assert_allclose(qfx.var(circ, [3.0 * qfx.I(0), qfx.Z(1)]), [0.0, np.sin(0.2) ** 2], atol=1e-6)
+
+
 def test_grad_of_var_matches_finite_differences(x64):
     _, circ, _, obs = _grad_setup(3)
     grad = jax.jit(jax.grad(qfx.var))(circ, obs)
