@@ -564,15 +564,22 @@ class ForLoop(AbstractControlOperation):
     def adjoint(self) -> "ForLoop":
         if self.length is None:
             raise ValueError("A qfx.for_loop with a traced number of iterations has no inverse.")
-        return ForLoop(_Body(_inverse_iteration, (self.body, self.length)), self.length)
+        # The length goes in the static function, not in the leaf arguments (an int leaf breaks jax.grad).
+        return ForLoop(_Body(_InverseIteration(self.length), (self.body,)), self.length)
 
     def __repr__(self):
         length = self.length if self.length is not None else "traced"
         return f"ForLoop(length={length}, body={self.body!r})"
 
 
-def _inverse_iteration(i, body, length):
-    return Circuit(_body_ops(body(length - 1 - i), "qfx.for_loop")).inverse()
+class _InverseIteration(eqx.Module):
+    """Iteration `i` of a loop's inverse: the inverse of iteration `length - 1 - i`. A module, so that
+    inverses of equal loops are equal (static structure: one compilation)."""
+
+    length: int = eqx.field(static=True)
+
+    def __call__(self, i, body):
+        return Circuit(_body_ops(body(self.length - 1 - i), "qfx.for_loop")).inverse()
 
 
 def for_loop(length: "int | ArrayLike", body: Callable[..., Any], *args: Any) -> ForLoop:

@@ -951,3 +951,27 @@ def test_apply_and_measure_state():
         qfx.Circuit([qfx.H(0), m, qfx.cond(m, qfx.X(1))]), qfx.zero_state(2), key=jax.random.key(0)
     )
     assert abs(np.linalg.norm(np.asarray(out)) - 1) < 1e-6
+
+
+def test_grad_through_the_inverse_of_a_loop():
+    """The inverse of a static for_loop keeps only float leaves (its length is static), so jax.grad takes
+    the circuit as it is; inverses built twice are equal (one compilation)."""
+
+    def layer(i, thetas):
+        return [qfx.RX(thetas[i], wires=0), qfx.CNOT(wires=(0, 1)), qfx.RY(2 * thetas[i], wires=1)]
+
+    thetas = jnp.asarray([0.1, 0.2, 0.3])
+    circ = qfx.Circuit([qfx.for_loop(3, layer, thetas)])
+    inverse = circ.inverse()
+    assert inverse == circ.inverse()
+    assert all(jnp.issubdtype(x.dtype, jnp.floating) for x in jax.tree.leaves(inverse))
+
+    def f(c):
+        return qfx.expval(c, qfx.Z(0) + qfx.X(1), initial_state=jnp.full(4, 0.5, jnp.complex64))
+
+    (grad,) = jax.grad(f)(inverse).ops[0].body.args[0].args
+    step = 1e-3
+    shifted = [thetas.at[k].add(s) for k in range(3) for s in (step, -step)]
+    bumped = [f(qfx.Circuit([qfx.for_loop(3, layer, t)]).inverse()) for t in shifted]
+    fd = (np.asarray(bumped[0::2]) - np.asarray(bumped[1::2])) / (2 * step)
+    np.testing.assert_allclose(grad, fd, atol=2e-3)
