@@ -445,6 +445,22 @@ def test_parameter_shift_with_shots_is_unbiased():
 _FOUR_TERM = qfx.CRX.shift_rules[0]
 
 
+def test_parameter_shift_with_shots_differentiates_coefficients_beside_hermitian_terms():
+    """The coefficient derivative differentiates only the leaves that move: a Hermitian term's matrix (a
+    leaf with a zero tangent) is not differentiated, which sampled estimates could not do."""
+    c = qfx.Circuit([qfx.RX(0.3, 0), qfx.RY(0.5, 1)])
+    terms = (qfx.PauliWord({0: "Z"}), qfx.Hermitian(np.diag([1.0, -1.0]), 1))
+    key = jax.random.key(0)
+
+    def f(coeffs, diff):
+        return qfx.expval(c, qfx.LinearCombination(coeffs, terms), diff=diff, shots=2000, key=key)
+
+    coeffs = jnp.asarray([0.5, 1.0])
+    by_shifts = jax.grad(f)(coeffs, qfx.diff.ParameterShift())
+    np.testing.assert_allclose(by_shifts, jax.grad(f)(coeffs, qfx.diff.Backprop()), atol=1e-6)
+    np.testing.assert_allclose(by_shifts, [np.cos(0.3), np.cos(0.5)], atol=5 / np.sqrt(2000))
+
+
 def test_parameter_shift_hessian_with_shots():
     """Second-order shifts with shots: each shifted evaluation of the shifted evaluations draws fresh keys."""
     shots, repeats = 200, 300

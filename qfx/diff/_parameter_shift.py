@@ -8,7 +8,7 @@ from jaxtyping import Array
 from .._circuit import Repeat
 from .._kernels import run
 from ._base import AbstractDiffMethod, Expectation, check_batch_size, check_gates_only
-from ._shifts import check_rules, chunk_size, instantiate, is_zero, leaves_with_zeros, shifted_jvp
+from ._shifts import check_rules, chunk_size, is_zero, leaves_with_zeros, shifted_jvp
 
 # Folded into every key before the evaluation number, so shifted evaluations never reuse the keys that
 # the unshifted evaluation draws by splitting the same key.
@@ -156,11 +156,19 @@ class ParameterShift(AbstractDiffMethod):
             # The primal through `shifted` itself, so that its own derivatives use the rule too.
             out = shifted(*primals)
             t_out = jnp.zeros_like(out)
-            if not all(is_zero(t) for t in leaves_with_zeros(t_args)):
+            flat_t = leaves_with_zeros(t_args)
+            moving = [i for i, t in enumerate(flat_t) if not is_zero(t)]
+            if moving:  # only the leaves with tangents: a sampled estimate has no derivative in the others
+                flat_args, tree = jax.tree.flatten(args_diff)
+
+                def of_moving(*values):
+                    leaves = list(flat_args)
+                    for i, v in zip(moving, values, strict=True):
+                        leaves[i] = v
+                    return evaluate(params, psi0, jax.tree.unflatten(tree, leaves), args_arrays)
+
                 _, t_coeffs = jax.jvp(
-                    lambda a: evaluate(params, psi0, a, args_arrays),
-                    (args_diff,),
-                    (instantiate(t_args, args_diff),),
+                    of_moving, tuple(flat_args[i] for i in moving), tuple(flat_t[i] for i in moving)
                 )
                 t_out = t_out + t_coeffs
             no_rules = [None] * len(jax.tree.leaves(args_diff))
