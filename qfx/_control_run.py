@@ -618,7 +618,8 @@ def initial_state_of(circuit: Circuit, initial_state) -> Array:
     if is_concrete(norm):
         if not abs(float(norm) - 1) <= tol:  # NaN fails too
             raise ValueError(
-                f"initial_state is not normalised: its squared norm is {float(norm):.6g}, expected 1."
+                f"initial_state is not normalised: its squared norm is {float(norm):.12g}, expected 1 "
+                f"(within {tol:g})."
             )
         return psi
     bad = ~(jnp.abs(norm - 1) <= tol)  # NaN fails too
