@@ -204,6 +204,9 @@ def _estimates(state, lcs, key, shots: int, n: int) -> Array:
     """Shot estimates of each observable: every term measured with its own `shots` samples."""
     out = []
     for lc in lcs:
+        if not lc.terms:  # the zero observable, as without shots
+            out.append(jnp.zeros((), real_dtype()))
+            continue
         keys = jax.random.split(key, len(lc.terms) + 1)
         key = keys[0]
         vals = [_term_estimate(state, t, kt, shots, n) for t, kt in zip(lc.terms, keys[1:], strict=True)]

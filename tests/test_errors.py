@@ -446,6 +446,12 @@ CASES = [
         ValueError,
         "qfx.amplitude: RX on wires",
     ),
+    (
+        "complex_angle_by_tree_at",
+        lambda: qfx.state(eqx.tree_at(lambda c: c.ops[0].theta, qfx.Circuit([qfx.RX(0.3, 0)]), 0.3 + 0.5j)),
+        TypeError,
+        re.escape("qfx.state: RX on wires (0,) has a complex angle"),
+    ),
     ("pauli_word_bool_wire", lambda: qfx.PauliWord({True: "Z"}), ValueError, "wires must be non-negative"),
 ]
 

@@ -160,6 +160,14 @@ def test_grad_matches_finite_differences(x64):
     np.testing.assert_allclose(np.asarray(grad_obs.coeffs), [ref.expval(circ, t) for t in terms], atol=1e-10)
 
 
+def test_the_zero_observable_with_shots_is_zero():
+    circ = qfx.Circuit([qfx.H(0)])
+    zero = qfx.LinearCombination(jnp.zeros((0,)), ())
+    key = jax.random.key(0)
+    assert float(qfx.expval(circ, zero, shots=10, key=key)) == 0.0
+    np.testing.assert_allclose(qfx.expval(circ, [zero, qfx.X(0)], shots=10, key=key), [0.0, 1.0], atol=1e-6)
+
+
 def test_var_ignores_identity_offsets():
     """var(O + c I) = var(O); in complex64, <O^2> - <O>^2 with c = 1000 once cancelled to 0.125 for a state
     whose variance is 0 (an eigenstate of O)."""
