@@ -545,7 +545,7 @@ def test_shift_rule_ran(method, monkeypatch):
     module = {"parameter_shift": _parameter_shift, "finite_diff": _finite_diff}[method]
     calls = []
     engine = module.shifted_jvp
-    monkeypatch.setattr(module, "shifted_jvp", lambda *a: calls.append(None) or engine(*a))
+    monkeypatch.setattr(module, "shifted_jvp", lambda *a, **k: calls.append(None) or engine(*a, **k))
     theta = jnp.zeros(6, jnp.float32)
     jax.make_jaxpr(jax.grad(_small(METHODS[method])))(theta)
     assert len(calls) == 1
