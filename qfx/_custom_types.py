@@ -29,9 +29,9 @@ def real_dtype() -> np.dtype:
 
 
 def tolerance(dtype) -> float:
-    """How far from exact a unitary, a normalised state or a Hermitian matrix given in `dtype` may be: the
-    precision of the dtype the user computed it in, not of the dtype qfx casts it to (a complex64 matrix
-    under `jax_enable_x64` is unitary to ~1e-7, not to float64's precision)."""
+    """How far from exact a unitary or a normalised state given in `dtype` may be: the precision of the
+    dtype the user computed it in, not of the dtype qfx casts it to (a complex64 matrix under
+    `jax_enable_x64` is unitary to ~1e-7, not to float64's precision)."""
     bits = jnp.finfo(dtype).bits
     return 1e-2 if bits <= 16 else 1e-4 if bits <= 32 else 1e-9
 
