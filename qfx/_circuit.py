@@ -230,16 +230,29 @@ def repeat(
     return Repeat(eqx.filter_vmap(one)(*stacked))
 
 
+# Two-qubit gates drawn as a control (the first wire) and the named gate on the target.
+_CONTROLLED_ROTATIONS = {
+    "CRX": "RX",
+    "CRY": "RY",
+    "CRZ": "RZ",
+    "CRot": "Rot",
+    "ControlledPhaseShift": "PhaseShift",
+    "CY": "Y",
+}
+# Gates unchanged by a permutation of their wires: drawn with the same label on each.
+_SYMMETRIC = ("ISWAP", "IsingXX", "IsingYY", "IsingZZ", "IsingXY", "MultiRZ")
+
+
 def draw(circuit: Circuit, *, decimals: int = 2) -> str:
     """A text drawing of the circuit, one line per wire. Repeat blocks and loops are drawn once, counted."""
     n = circuit.num_wires
     rows = [[f"{w}: "] for w in range(n)]
 
-    def label(op: AbstractGate) -> str:
+    def label(op: AbstractGate, name: str | None = None) -> str:
         params = [
             f"{float(p):.{decimals}f}" if is_concrete(p) and np.ndim(p) == 0 else "·" for p in op.parameters
         ]
-        return op.name + (f"({','.join(params)})" if params and len(params) <= 3 else "")
+        return (name or op.name) + (f"({','.join(params)})" if params and len(params) <= 3 else "")
 
     def pad():
         width = max(len("".join(r)) for r in rows)
@@ -276,6 +289,14 @@ def draw(circuit: Circuit, *, decimals: int = 2) -> str:
             text = {w: "●" for w in wires}
         elif op.name in ("SWAP",):
             text = {w: "×" for w in wires}
+        elif op.name == "CSWAP":
+            text = {wires[0]: "●"} | {w: "×" for w in wires[1:]}
+        elif op.name in _CONTROLLED_ROTATIONS:  # the control, then the rotation on the target
+            text = {wires[0]: "●", wires[1]: label(op, _CONTROLLED_ROTATIONS[op.name])}
+        elif op.name == "PauliRot":  # each wire's letter
+            text = {w: label(op, f"R{letter}") for w, letter in zip(wires, op.pauli_word, strict=True)}
+        elif len(wires) > 1 and op.name not in _SYMMETRIC:  # the order of the wires matters: number them
+            text = {w: f"{label(op)}:{k}" for k, w in enumerate(wires)}
         else:
             text = {w: label(op) for w in wires}
         lo, hi = min(wires), max(wires)

@@ -134,6 +134,25 @@ def test_draw():
     assert "RX(0.5000)" in qfx.draw(circ, decimals=4)
 
 
+def test_draw_tells_which_wire_is_which():
+    """Controls, targets and wire order are visible: a drawing must not read the same both ways."""
+    circ = qfx.Circuit(
+        [
+            qfx.CRX(0.3, wires=(2, 0)),
+            qfx.CSWAP((1, 2, 0)),
+            qfx.PauliRot(0.2, "XZ", wires=(1, 0)),
+            qfx.QubitUnitary(np.eye(4), wires=(2, 0)),
+            qfx.ISWAP((0, 2)),  # symmetric: the same on both wires
+        ]
+    )
+    cells = [[c for c in line[3:].split("─") if c] for line in qfx.draw(circ).split("\n")]
+    assert cells[2][0] == "●" and cells[0][0] == "RX(0.30)"
+    assert [cells[w][1] for w in range(3)] == ["×", "●", "×"]
+    assert cells[1][2] == "RX(0.20)" and cells[0][2] == "RZ(0.20)"
+    assert cells[2][2] == "QubitUnitary(·):0" and cells[0][3] == "QubitUnitary(·):1"  # wire 2: no PauliRot
+    assert cells[0][4] == cells[2][3] == "ISWAP"
+
+
 # --- Repeat --------------------------------------------------------------------------------------
 
 N = 3

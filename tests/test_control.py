@@ -478,7 +478,7 @@ def test_draw_shows_loops_and_conditionals_without_unrolling():
     assert "M0→0" in text
     assert "if m0" in text and "while m0" in text and "≤4" in text
     assert "]×1000" in text and text.count("RX(·)") == 1  # one drawn iteration, index-dependent parameter
-    assert text.split("\n")[0].count("CRZ") == 2  # the attempt before the loop, and once inside it
+    assert text.split("\n")[1].count("RZ(-4.00)") == 2  # the CRZ's target: before the loop, and inside it
 
 
 # --- AutoGraph ----------------------------------------------------------------------------------------
