@@ -33,7 +33,7 @@ from jaxtyping import Array, ArrayLike
 import numpy as np
 
 from ._circuit import Circuit, Repeat, relabel_circuit
-from ._custom_types import as_numeric, real_dtype, static_int
+from ._custom_types import as_numeric, real_dtype, static_count
 from ._gates import AbstractOperation
 
 # --- measurement identity -----------------------------------------------------------------------------
@@ -361,13 +361,13 @@ def measure(wire: int, reset: bool = False, postselect: int | None = None) -> Mi
     qfx.probs(circ, mcm="exact")  # [0.5, 0, 0, 0.5]
     ```
     """
-    if static_int(wire) is None or static_int(wire) < 0:
+    if static_count(wire) is None:
         raise ValueError(f"qfx.measure: wire must be a non-negative int, got {wire!r}.")
     if postselect not in (None, 0, 1):
         raise ValueError(f"qfx.measure: postselect must be None, 0 or 1, got {postselect!r}.")
     token = _Token()
     postselect = None if postselect is None else int(postselect)
-    return MidMeasure(static_int(wire), bool(reset), postselect, token, _Link(token))
+    return MidMeasure(static_count(wire), bool(reset), postselect, token, _Link(token))
 
 
 def _as_circuit(ops, what: str) -> Circuit:
@@ -673,7 +673,7 @@ def while_loop(
             "qfx.while_loop: the condition must be a measurement value (from qfx.measure), got "
             f"{type(condition).__name__}. For loops over a traced count use qfx.for_loop."
         )
-    if max_iterations is not None and (static_int(max_iterations) is None or static_int(max_iterations) < 0):
+    if max_iterations is not None and static_count(max_iterations) is None:
         raise ValueError(
             f"qfx.while_loop: max_iterations must be a non-negative int or None, got {max_iterations!r}."
         )
@@ -684,7 +684,7 @@ def while_loop(
             "qfx.while_loop: the body measures none of the outcomes the condition reads, so once true the "
             "condition stays true and the loop never ends. Measure them in the body, or give max_iterations."
         )
-    return WhileLoop(circuit, expr, None if max_iterations is None else int(max_iterations))
+    return WhileLoop(circuit, expr, None if max_iterations is None else static_count(max_iterations))
 
 
 def _expr_tokens(expr: tuple) -> set:

@@ -43,7 +43,7 @@ from ._custom_types import (
     complex_dtype,
     is_concrete,
     real_dtype,
-    static_int,
+    static_count,
     tolerance,
 )
 from ._gates import AbstractGate, AbstractOperation
@@ -631,8 +631,8 @@ def initial_state_of(circuit: Circuit, initial_state) -> Array:
 
 def zero_state(num_wires: int) -> Array:
     """|0...0> on `num_wires` wires: a flat complex vector of `2**num_wires` amplitudes."""
-    n = static_int(num_wires)
-    if n is None or n < 1:
+    n = static_count(num_wires, 1)
+    if n is None:
         raise ValueError(f"qfx.zero_state: num_wires must be a positive int, got {num_wires!r}.")
     return K.zero_state(n)
 

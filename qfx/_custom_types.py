@@ -71,14 +71,18 @@ def _host_floats(value):
     return value
 
 
+def is_key(x) -> bool:
+    """A typed PRNG key (`jax.random.key`) or a raw uint32 one (`jax.random.PRNGKey`), by dtype."""
+    dtype = getattr(x, "dtype", None)
+    return dtype is not None and (jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key) or dtype == np.uint32)
+
+
 def check_key(key, what: str) -> None:
     """A TypeError naming `what` unless `key` is a JAX PRNG key: a typed key (`jax.random.key`) or a raw
     uint32 one (`jax.random.PRNGKey`); JAX's own error would name neither the function nor the argument."""
-    dtype = getattr(key, "dtype", None)
-    typed = dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
-    if not (typed or dtype == np.uint32):
+    if not is_key(key):
         raise TypeError(f"{what}: key must be a PRNG key such as jax.random.key(0), got {key!r}.")
-    if np.ndim(key) != (0 if typed else 1):
+    if np.ndim(key) != (1 if key.dtype == np.uint32 else 0):
         raise ValueError(
             f"{what}: key must be one PRNG key, got a batch of shape {np.shape(key)}; for many draws map the "
             "call over keys with jax.vmap."
@@ -100,6 +104,12 @@ def static_int(value) -> int | None:
     ):
         return int(value)
     return None
+
+
+def static_count(value, minimum: int = 0) -> int | None:
+    """`static_int(value)` when it is at least `minimum` (a count, a wire, a number of shots), else None."""
+    count = static_int(value)
+    return count if count is not None and count >= minimum else None
 
 
 def _wire_list(wires) -> list | None:

@@ -32,7 +32,7 @@ from ._custom_types import (
     check_key,
     complex_dtype,
     real_dtype,
-    static_int,
+    static_count,
     static_wires,
 )
 from ._gates import Hadamard, S
@@ -216,12 +216,12 @@ def _estimates(state, lcs, key, shots: int, n: int) -> Array:
 
 
 def _check_shots(shots, key, fn: str) -> int:
-    if static_int(shots) is None or static_int(shots) < 1:
+    if static_count(shots, 1) is None:
         raise ValueError(f"qfx.{fn}: shots must be a positive int (static), got {shots!r}.")
     if key is None:
         raise ValueError(f"qfx.{fn}: shots={shots} needs a PRNG key: pass key=jax.random.key(0).")
     check_key(key, f"qfx.{fn}")
-    return static_int(shots)
+    return static_count(shots, 1)
 
 
 # --- public entry points ------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
 import numpy as np
 
-from ._custom_types import as_numeric, check_wires, complex_dtype, is_concrete, real_dtype, static_int
+from ._custom_types import as_numeric, check_wires, complex_dtype, is_concrete, real_dtype, static_count
 
 # A Pauli word: ((wire, letter), ...) sorted by wire, letters in "XYZ"; () is the identity.
 Word = tuple[tuple[int, str], ...]
@@ -142,14 +142,15 @@ class PauliWord(AbstractObservable):
         items = paulis.items() if isinstance(paulis, dict) else paulis
         word = {}
         for wire, letter in items:
-            if static_int(wire) is None or static_int(wire) < 0:
+            w = static_count(wire)
+            if w is None:
                 raise ValueError(f"PauliWord: wires must be non-negative ints, got {wire!r}.")
             if letter not in ("I", "X", "Y", "Z"):
                 raise ValueError(f"PauliWord: letters must be I, X, Y or Z, got {letter!r}.")
-            if static_int(wire) in word:
+            if w in word:
                 raise ValueError(f"PauliWord: wire {wire} appears twice; multiply with @ instead.")
             if letter != "I":
-                word[static_int(wire)] = letter
+                word[w] = letter
         self.word = tuple(sorted(word.items()))
 
     @property

@@ -495,7 +495,8 @@ class TensorNetwork(eqx.Module):
                 batched |= axis is not None
             if not batched:  # the members are one network (e.g. X(0) + X(1) after fixed gates): contract once
                 value = self._contract(net.inputs, net.output, net.path, operands)
-                out = [value if k in members else v for k, v in enumerate(out)]
+                for k in members:
+                    out[k] = value
                 continue
             values = self._contract(tuple(inputs), (batch,) + net.output, net.path, operands)
             for i, k in enumerate(members):

@@ -21,14 +21,10 @@ def _batch_of_circuits():
     return eqx.filter_vmap(lambda t: qfx.Circuit([qfx.RX(t, 0), qfx.CNOT((0, 1))]))(jnp.linspace(0, 1, 5))
 
 
-def _batch_of_circuits_with_layers():
+def _batch_of_circuits_with_layers(batch: int):
+    """`batch` circuits of 3 layers; with batch = 3 the leading axis looks like the layers' axis."""
     layers = lambda t: qfx.Circuit([qfx.repeat(lambda a: [qfx.RY(a, 0)], t)])  # noqa: E731
-    return eqx.filter_vmap(layers)(jnp.ones((5, 3)))
-
-
-def _square_batch_of_circuits_with_layers():  # as many circuits as layers: the leading axis looks right
-    layers = lambda t: qfx.Circuit([qfx.repeat(lambda a: [qfx.RY(a, 0)], t)])  # noqa: E731
-    return eqx.filter_vmap(layers)(jnp.ones((3, 3)))
+    return eqx.filter_vmap(layers)(jnp.ones((batch, 3)))
 
 
 class _NotAnObservableKind(qfx.AbstractObservable):
@@ -422,13 +418,13 @@ CASES = [
     ),
     (
         "batch_of_circuits_with_layers_unmapped",
-        lambda: qfx.state(_batch_of_circuits_with_layers()),
+        lambda: qfx.state(_batch_of_circuits_with_layers(5)),
         ValueError,
         re.escape("Repeat: length=3, but a parameter of its body has shape (5, 3)") + ".* jax.vmap",
     ),
     (
         "square_batch_of_circuits_with_layers_unmapped",
-        lambda: qfx.state(_square_batch_of_circuits_with_layers()),
+        lambda: qfx.state(_batch_of_circuits_with_layers(3)),
         ValueError,
         re.escape("qfx.state: RY on wires (0,) has a parameter of shape (3, 3), expected (3,)"),
     ),

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 from jaxtyping import Array
 
 from .._circuit import Repeat
+from .._custom_types import is_key
 from .._kernels import run
 from ._base import AbstractDiffMethod, Expectation, check_batch_size, check_gates_only
 from ._shifts import check_rules, chunk_size, is_zero, leaves_with_zeros, shifted_jvp
@@ -15,14 +16,9 @@ from ._shifts import check_rules, chunk_size, is_zero, leaves_with_zeros, shifte
 _KEY_TAG = 0x51F7
 
 
-def _is_key(x) -> bool:
-    """A typed PRNG key or a raw (uint32) one."""
-    return jnp.issubdtype(x.dtype, jax.dtypes.prng_key) or x.dtype == jnp.uint32
-
-
 def _reseed_key(x, b: Array):
     """A fresh key for evaluation `b`; arrays that are not keys pass through."""
-    if _is_key(x):
+    if is_key(x):
         return jax.random.fold_in(jax.random.fold_in(x, _KEY_TAG), b)
     return x
 
@@ -173,7 +169,7 @@ class ParameterShift(AbstractDiffMethod):
                 t_out = t_out + t_coeffs
             no_rules = [None] * len(jax.tree.leaves(args_diff))
             # With shots (a key among the arguments) autodiff sees estimates as constants: see map_in_chunks.
-            keyed = any(_is_key(x) for x in jax.tree.leaves(args_arrays))
+            keyed = any(is_key(x) for x in jax.tree.leaves(args_arrays))
             t_shift = shifted_jvp(
                 shifted,
                 primals,
