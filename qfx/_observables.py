@@ -124,13 +124,43 @@ class AbstractObservable(eqx.Module):
             return NotImplemented
         a, b = as_linear_combination(self), as_linear_combination(other)
         xp, (ac, bc) = _array_module(a.coeffs, b.coeffs)
-        coeffs, terms = [], []
+        coeffs, phases, terms = [], [], []
         for i, ta in enumerate(a.terms):
             for j, tb in enumerate(b.terms):
                 phase, term = _term_product(ta, tb)
-                coeffs.append(ac[i] * bc[j] * phase)
+                coeffs.append(ac[i] * bc[j])
+                phases.append(phase)
                 terms.append(term)
-        return _simplify(xp.stack(coeffs), tuple(terms))
+        if all(p.imag == 0 for p in phases):
+            return _simplify(xp.stack([c * p.real for c, p in zip(coeffs, phases, strict=True)]), tuple(terms))
+        return _cancel_imaginary(a, b, xp, coeffs, phases, tuple(terms))
+
+
+def _cancel_imaginary(a, b, xp, coeffs, phases, terms) -> "LinearCombination":
+    """`a @ b` where some products of Pauli words carry a phase of +-i (anticommuting letters on a shared
+    wire): the product is Hermitian only if those imaginary terms cancel, as in `(X + Z) @ (X + Z) = 2 I`.
+    Checked on concrete coefficients; with traced ones it cannot be, and the product is refused."""
+    imaginary = next(t for t, p in zip(terms, phases, strict=True) if p.imag != 0)
+    if xp is not np:
+        raise ValueError(
+            f"The product ({a!r}) @ ({b!r}) has terms with imaginary phases ({imaginary!r}); it is Hermitian only "
+            "if they cancel, which cannot be checked on traced coefficients. Build the product outside "
+            "jit/grad, or use products of commuting terms."
+        )
+    values = np.asarray([c * p for c, p in zip(coeffs, phases, strict=True)])
+    merged, kept = _merge(values, terms)
+    scale = max(1.0, float(np.max(np.abs(values))))
+    worst = int(np.argmax(np.abs(merged.imag)))
+    if abs(merged.imag[worst]) > 1e-6 * scale:
+        raise ValueError(
+            f"The product ({a!r}) @ ({b!r}) is not Hermitian: its term {kept[worst]!r} has coefficient "
+            f"{complex(merged[worst]):.4g}. Products on a shared wire must commute, or their imaginary parts "
+            "cancel."
+        )
+    # Terms made only of cancelled imaginary products are dropped, not kept with a zero coefficient.
+    real_words = {t.word for t, p in zip(terms, phases, strict=True) if p.imag == 0 and isinstance(t, PauliWord)}
+    keep = [k for k, t in enumerate(kept) if not isinstance(t, PauliWord) or t.word in real_words]
+    return LinearCombination(merged.real[keep].astype(real_dtype()), tuple(kept[k] for k in keep))
 
 
 class PauliWord(AbstractObservable):
@@ -259,24 +289,20 @@ def as_linear_combination(obs: AbstractObservable) -> LinearCombination:
 
 
 def _term_product(a, b) -> tuple[complex, PauliWord | Hermitian]:
+    """`a @ b` as a phase and one term."""
     if isinstance(a, PauliWord) and isinstance(b, PauliWord):
         phase, word = _word_product(a.word, b.word)
-        if phase.imag != 0:
-            raise ValueError(
-                f"The product {a!r} @ {b!r} is not Hermitian (it equals {phase} * {PauliWord(word)!r}); "
-                "products on a shared wire must commute."
-            )
-        return phase.real, PauliWord(word)
+        return phase, PauliWord(word)
     overlap = set(a.wires) & set(b.wires)
     if overlap:
         raise ValueError(
             f"@ with a Hermitian matrix needs disjoint wires, but both act on wires {sorted(overlap)}."
         )
     if not a.wires:
-        return 1.0, b
+        return 1 + 0j, b
     if not b.wires:
-        return 1.0, a
-    return 1.0, Hermitian(jnp.kron(_dense(a), _dense(b)), a.wires + b.wires)
+        return 1 + 0j, a
+    return 1 + 0j, Hermitian(jnp.kron(_dense(a), _dense(b)), a.wires + b.wires)
 
 
 def _dense(term: "PauliWord | Hermitian") -> Array:
@@ -289,6 +315,10 @@ def _dense(term: "PauliWord | Hermitian") -> Array:
 def _simplify(coeffs: ArrayLike, terms) -> LinearCombination:
     """Merges repeated Pauli words by adding their coefficients (in NumPy when concrete, see
     `_array_module`)."""
+    return LinearCombination(*_merge(coeffs, terms))
+
+
+def _merge(coeffs: ArrayLike, terms) -> tuple[ArrayLike, tuple]:
     index: dict = {}
     groups: list[int] = []
     keep_terms = []
@@ -302,11 +332,11 @@ def _simplify(coeffs: ArrayLike, terms) -> LinearCombination:
             groups.append(len(keep_terms))
             keep_terms.append(t)
     if len(keep_terms) == len(groups):
-        return LinearCombination(coeffs, tuple(keep_terms))
+        return coeffs, tuple(keep_terms)
     xp, (coeffs,) = _array_module(coeffs)
     if xp is np:
         merged = np.zeros(len(keep_terms), coeffs.dtype)
         np.add.at(merged, np.asarray(groups), coeffs)
     else:
         merged = jax.ops.segment_sum(coeffs, np.asarray(groups), num_segments=len(keep_terms))
-    return LinearCombination(merged, tuple(keep_terms))
+    return merged, tuple(keep_terms)

@@ -154,7 +154,7 @@ CASES = [
         "non_hermitian_pauli_product",
         lambda: qfx.X(0) @ qfx.Y(0),
         ValueError,
-        re.escape("X(0) @ Y(0) is not Hermitian (it equals 1j * Z(0))"),
+        re.escape("The product (1 * X(0)) @ (1 * Y(0)) is not Hermitian: its term Z(0) has coefficient 0+1j"),
     ),
     ("complex_coefficient", lambda: (1 + 2j) * qfx.X(0), TypeError, "coefficients must be real"),
     (

@@ -1,5 +1,7 @@
 """Observables: arithmetic, simplification, leaves, and values against matrices built here with np.kron."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -105,6 +107,32 @@ def test_products_on_a_shared_wire_simplify():
     assert prod.terms == (qfx.PauliWord({0: "Z", 1: "Z"}),)
     assert float(prod.coeffs[0]) == pytest.approx(1.0)
     np.testing.assert_allclose(kron(X, Y) @ kron(Y, X), kron(Z, Z))
+
+
+def test_products_of_sums_whose_imaginary_parts_cancel(psi):
+    # (a X + b Z)^2 = (a^2 + b^2) I: the X Z and Z X products (-i Y and i Y) cancel. With a second wire:
+    # B = 0.3 X0 + 2 Z0 + Y1, B^2 = 5.09 I + 0.6 X0 Y1 + 4 Z0 Y1 (Y1 commutes with both).
+    square = (qfx.X(0) + qfx.Z(0)) @ (qfx.X(0) + qfx.Z(0))
+    assert square.terms == (qfx.PauliWord(),)  # no Y(0) term left with a zero coefficient
+    np.testing.assert_allclose(square.coeffs, [2.0])
+    b = 0.3 * qfx.X(0) + 2.0 * qfx.Z(0) + qfx.Y(1)
+    dense = 0.3 * kron(X, I2, I2) + 2.0 * kron(Z, I2, I2) + kron(I2, Y, I2)
+    assert _value(b @ b, psi) == pytest.approx(_dense_value(dense @ dense, psi), abs=2e-5)
+    # Commuting two-qubit words: (X0 X1 + Z0 Z1)^2 = 2 I + 2 X0 X1 Z0 Z1 = 2 I - 2 Y0 Y1.
+    xx_zz = qfx.X(0) @ qfx.X(1) + qfx.Z(0) @ qfx.Z(1)
+    dense = kron(X, X, I2) + kron(Z, Z, I2)
+    assert _value(xx_zz @ xx_zz, psi) == pytest.approx(_dense_value(dense @ dense, psi), abs=2e-5)
+
+
+def test_products_whose_imaginary_parts_do_not_cancel_are_refused():
+    with pytest.raises(ValueError, match=re.escape("its term Y(0) has coefficient 0-1j")):
+        (qfx.X(0) + qfx.Z(0)) @ (qfx.X(0) + 2.0 * qfx.Z(0))
+    # (I + Z)(X + Y) = X + Y + iY - iX: nothing cancels.
+    with pytest.raises(ValueError, match="is not Hermitian"):
+        (qfx.I(0) + qfx.Z(0)) @ (qfx.Y(0) + qfx.X(0))
+    # Traced coefficients cannot be checked: refused with the reason.
+    with pytest.raises(ValueError, match="cannot be checked on traced coefficients"):
+        jax.jit(lambda c: ((c * qfx.X(0) + qfx.Z(0)) @ (c * qfx.X(0) + qfx.Z(0))).coeffs)(2.0)
 
 
 def test_repeated_words_merge():
