@@ -28,7 +28,8 @@ class FiniteDiff(AbstractDiffMethod):
     **Arguments:**
 
     - `step`: the step `h`; by default `eps ** (1/3)` of the real dtype (about `5e-3` in float32,
-      `6e-6` in float64), which balances the two errors for functions of order one.
+      `6e-6` in float64), which balances the two errors for functions of order one. The dtype is the
+      coarser of the leaf's and the state's: a float32 leaf in a complex128 simulation steps as float32.
     - `batch_size`: how many shifted circuits are simulated together; by default as many as fit in about
       256 MiB of state vectors.
 
@@ -54,10 +55,13 @@ class FiniteDiff(AbstractDiffMethod):
         args_diff, args_rest = eqx.partition(args, eqx.is_inexact_array)
         args_arrays, args_static = eqx.partition(args_rest, eqx.is_array)
         chunk = chunk_size(2**n * initial_state.dtype.itemsize, self.batch_size)
-        h = self.step
-        if h is None:
-            h = float(jnp.finfo(initial_state.real.dtype).eps) ** (1 / 3)
-        central = ((0.5 / h, h), (-0.5 / h, -h))
+
+        def central(leaf):
+            h = self.step
+            if h is None:  # a float32 leaf in a complex128 simulation (an eqx.tree_at edit) takes float32's
+                dtypes = (jnp.asarray(leaf).real.dtype, initial_state.real.dtype)
+                h = max(float(jnp.finfo(d).eps) for d in dtypes) ** (1 / 3)
+            return ((0.5 / h, h), (-0.5 / h, -h))
 
         def evaluate(params, psi0, args_diff, args_arrays):
             psi = run(eqx.combine(params, params_static).ops, psi0, n)
@@ -69,7 +73,7 @@ class FiniteDiff(AbstractDiffMethod):
             params, psi0, args_diff, args_arrays = primals
             if jax.tree.leaves(args_arrays):
                 raise ValueError(_WITH_SHOTS)
-            rules = tuple([central] * len(jax.tree.leaves(p)) for p in (params, psi0, args_diff)) + ([],)
+            rules = tuple([central(x) for x in jax.tree.leaves(p)] for p in (params, psi0, args_diff)) + ([],)
             out = differenced(*primals)
             t_out = shifted_jvp(differenced, primals, tangents, rules, lambda p, b: p, chunk)
             return out, jnp.zeros_like(out) if t_out is None else t_out
