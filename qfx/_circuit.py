@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._custom_types import is_concrete, static_count
-from ._gates import AbstractGate, AbstractOperation
+from ._gates import AbstractGate, AbstractOperation, Adjoint
 
 
 def _validate_ops(ops, where: str) -> tuple[AbstractOperation, ...]:
@@ -243,6 +243,14 @@ _CONTROLLED_ROTATIONS = {
 _SYMMETRIC = ("ISWAP", "IsingXX", "IsingYY", "IsingZZ", "IsingXY", "MultiRZ")
 
 
+def _dagger(text: str) -> str:
+    """A drawn label of the inverse gate: `RZ(0.30)` -> `RZ†(0.30)`, `QubitUnitary:0` -> `QubitUnitary†:0`
+    (and `RZ†` back to `RZ`)."""
+    cut = min((i for i in (text.find("("), text.find(":")) if i >= 0), default=len(text))
+    name = text[:cut]
+    return (name[:-1] if name.endswith("†") else name + "†") + text[cut:]
+
+
 def draw(circuit: Circuit, *, decimals: int = 2) -> str:
     """A text drawing of the circuit, one line per wire. Repeat blocks and loops are drawn once, counted."""
     n = circuit.num_wires
@@ -258,6 +266,34 @@ def draw(circuit: Circuit, *, decimals: int = 2) -> str:
         width = max(len("".join(r)) for r in rows)
         for r in rows:
             r.append("─" * (width - len("".join(r))))
+
+    def texts(op) -> dict[int, str]:
+        """What `op` draws on each of its wires."""
+        wires = op.wires
+        control = op.control() if isinstance(op, AbstractGate) else None
+        if control is not None:
+            controls, values, target = control
+            return {w: ("●" if v else "○") for w, v in zip(controls, values, strict=True)} | texts(target)
+        if isinstance(op, Adjoint):  # the base gate's drawing, each label daggered (self-inverse: as is)
+            inner = texts(op.base)
+            if getattr(op.base, "self_inverse", False):
+                return inner
+            return {w: t if t in ("●", "○", "×") else _dagger(t) for w, t in inner.items()}
+        if op.name in ("CNOT", "Toffoli"):
+            return {w: "●" for w in wires[:-1]} | {wires[-1]: "X"}
+        if op.name in ("CZ",):
+            return {w: "●" for w in wires}
+        if op.name in ("SWAP",):
+            return {w: "×" for w in wires}
+        if op.name == "CSWAP":
+            return {wires[0]: "●"} | {w: "×" for w in wires[1:]}
+        if op.name in _CONTROLLED_ROTATIONS:  # the control, then the rotation on the target
+            return {wires[0]: "●", wires[1]: label(op, _CONTROLLED_ROTATIONS[op.name])}
+        if op.name == "PauliRot":  # each wire's letter
+            return {w: label(op, f"R{letter}") for w, letter in zip(wires, op.pauli_word, strict=True)}
+        if len(wires) > 1 and op.name not in _SYMMETRIC:  # the order of the wires matters: number them
+            return {w: f"{label(op)}:{k}" for k, w in enumerate(wires)}
+        return {w: label(op) for w in wires}
 
     def add(op):
         if isinstance(op, Repeat):
@@ -278,27 +314,7 @@ def draw(circuit: Circuit, *, decimals: int = 2) -> str:
             return
         pad()
         wires = op.wires
-        control = op.control() if isinstance(op, AbstractGate) else None
-        if control is not None:
-            controls, values, target = control
-            text = {w: ("●" if v else "○") for w, v in zip(controls, values, strict=True)}
-            text.update({w: label(target) for w in target.wires})
-        elif op.name in ("CNOT", "Toffoli"):
-            text = {w: "●" for w in wires[:-1]} | {wires[-1]: "X"}
-        elif op.name in ("CZ",):
-            text = {w: "●" for w in wires}
-        elif op.name in ("SWAP",):
-            text = {w: "×" for w in wires}
-        elif op.name == "CSWAP":
-            text = {wires[0]: "●"} | {w: "×" for w in wires[1:]}
-        elif op.name in _CONTROLLED_ROTATIONS:  # the control, then the rotation on the target
-            text = {wires[0]: "●", wires[1]: label(op, _CONTROLLED_ROTATIONS[op.name])}
-        elif op.name == "PauliRot":  # each wire's letter
-            text = {w: label(op, f"R{letter}") for w, letter in zip(wires, op.pauli_word, strict=True)}
-        elif len(wires) > 1 and op.name not in _SYMMETRIC:  # the order of the wires matters: number them
-            text = {w: f"{label(op)}:{k}" for k, w in enumerate(wires)}
-        else:
-            text = {w: label(op) for w in wires}
+        text = texts(op)
         lo, hi = min(wires), max(wires)
         width = max(len(t) for t in text.values())
         for w in range(lo, hi + 1):

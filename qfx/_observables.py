@@ -132,7 +132,9 @@ class AbstractObservable(eqx.Module):
                 phases.append(phase)
                 terms.append(term)
         if all(p.imag == 0 for p in phases):
-            return _simplify(xp.stack([c * p.real for c, p in zip(coeffs, phases, strict=True)]), tuple(terms))
+            return _simplify(
+                xp.stack([c * p.real for c, p in zip(coeffs, phases, strict=True)]), tuple(terms)
+            )
         return _cancel_imaginary(a, b, xp, coeffs, phases, tuple(terms))
 
 
@@ -143,8 +145,8 @@ def _cancel_imaginary(a, b, xp, coeffs, phases, terms) -> "LinearCombination":
     imaginary = next(t for t, p in zip(terms, phases, strict=True) if p.imag != 0)
     if xp is not np:
         raise ValueError(
-            f"The product ({a!r}) @ ({b!r}) has terms with imaginary phases ({imaginary!r}); it is Hermitian only "
-            "if they cancel, which cannot be checked on traced coefficients. Build the product outside "
+            f"The product ({a!r}) @ ({b!r}) has terms with imaginary phases ({imaginary!r}); it is Hermitian "
+            "only if they cancel, which cannot be checked on traced coefficients. Build the product outside "
             "jit/grad, or use products of commuting terms."
         )
     values = np.asarray([c * p for c, p in zip(coeffs, phases, strict=True)])
@@ -158,7 +160,9 @@ def _cancel_imaginary(a, b, xp, coeffs, phases, terms) -> "LinearCombination":
             "cancel."
         )
     # Terms made only of cancelled imaginary products are dropped, not kept with a zero coefficient.
-    real_words = {t.word for t, p in zip(terms, phases, strict=True) if p.imag == 0 and isinstance(t, PauliWord)}
+    real_words = {
+        t.word for t, p in zip(terms, phases, strict=True) if p.imag == 0 and isinstance(t, PauliWord)
+    }
     keep = [k for k, t in enumerate(kept) if not isinstance(t, PauliWord) or t.word in real_words]
     return LinearCombination(merged.real[keep].astype(real_dtype()), tuple(kept[k] for k in keep))
 

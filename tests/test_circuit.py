@@ -153,6 +153,30 @@ def test_draw_tells_which_wire_is_which():
     assert cells[0][4] == cells[2][3] == "ISWAP"
 
 
+def test_draw_of_inverses_keeps_controls_and_daggers_the_rest():
+    circ = qfx.Circuit(
+        [
+            qfx.Adjoint(qfx.CRZ(0.2, wires=(1, 0))),
+            qfx.Adjoint(qfx.Controlled(qfx.RX(0.1, wires=0), 2)),
+            qfx.Adjoint(qfx.QubitUnitary(np.eye(4), wires=(2, 1))),
+            qfx.Adjoint(qfx.CNOT((2, 0))),  # self-inverse: drawn as the gate
+            qfx.Adjoint(qfx.Adjoint(qfx.S(1))),  # two daggers cancel
+        ]
+    )
+    cells = [[c for c in line[3:].split("─") if c] for line in qfx.draw(circ).split("\n")]
+    assert cells == [
+        ["RZ†(0.20)", "RX†(0.10)", "X"],
+        ["●", "│", "QubitUnitary†(·):1", "│", "S"],
+        ["●", "QubitUnitary†(·):0", "●"],
+    ]
+    # The inverse of a circuit draws the same way.
+    inverse = qfx.draw(qfx.Circuit([qfx.CRY(0.5, wires=(0, 1)), qfx.S(0)]).inverse())
+    assert [[c for c in line[3:].split("─") if c] for line in inverse.split("\n")] == [
+        ["S†", "●"],
+        ["RY†(0.50)"],
+    ]
+
+
 # --- Repeat --------------------------------------------------------------------------------------
 
 N = 3
