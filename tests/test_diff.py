@@ -618,3 +618,13 @@ def test_finite_diff_steps_a_float32_leaf_as_float32(x64):
     assert grad.ops[0].theta.dtype == jnp.float32
     np.testing.assert_allclose(grad.ops[0].theta, -np.sin(0.3) * np.cos(0.5), atol=1e-4)
     np.testing.assert_allclose(grad.ops[1].theta, -np.cos(0.3) * np.sin(0.5), atol=1e-8)
+
+
+def test_finite_diff_of_the_initial_state():
+    circ = qfx.Circuit([qfx.RX(0.3, wires=0), qfx.CNOT(wires=(0, 1))])
+    psi = jnp.asarray([0.6, 0.0, 0.8, 0.0], jnp.complex64)
+
+    def grad(diff):
+        return jax.grad(lambda p: qfx.expval(circ, qfx.Z(1), initial_state=p, diff=diff))(psi)
+
+    np.testing.assert_allclose(grad(qfx.diff.FiniteDiff()), grad(qfx.diff.Backprop()), atol=FD_TOL["complex64"])

@@ -55,12 +55,12 @@ class FiniteDiff(AbstractDiffMethod):
         args_diff, args_rest = eqx.partition(args, eqx.is_inexact_array)
         args_arrays, args_static = eqx.partition(args_rest, eqx.is_array)
         chunk = chunk_size(2**n * initial_state.dtype.itemsize, self.batch_size)
+        state_eps = float(jnp.finfo(initial_state.dtype).eps)  # finfo of a complex dtype: its real parts'
 
         def central(leaf):
             h = self.step
             if h is None:  # a float32 leaf in a complex128 simulation (an eqx.tree_at edit) takes float32's
-                dtypes = (jnp.asarray(leaf).real.dtype, initial_state.real.dtype)
-                h = max(float(jnp.finfo(d).eps) for d in dtypes) ** (1 / 3)
+                h = max(float(jnp.finfo(jnp.result_type(leaf)).eps), state_eps) ** (1 / 3)
             return ((0.5 / h, h), (-0.5 / h, -h))
 
         def evaluate(params, psi0, args_diff, args_arrays):
