@@ -485,12 +485,12 @@ def _apply_rows(rho: Array, lc: LinearCombination) -> Array:
     n2 = round(math.log2(rho.size))
     flat = rho.reshape(-1)
     out = jnp.zeros_like(flat)
-    for c, t in zip(lc.coeffs, lc.terms, strict=True):
+    for k, t in enumerate(lc.terms):  # indexed: iterating a concrete array of > 100 entries under jit traces
         if isinstance(t, PauliWord):
             term = K.apply_pauli_word(flat, t.word, n2)
         else:
             term = K.apply_matrix(flat, t.matrix.astype(flat.dtype), t.wires, n2)
-        out = out + c.astype(flat.dtype) * term
+        out = out + lc.coeffs[k].astype(flat.dtype) * term
     return out.reshape(rho.shape)
 
 

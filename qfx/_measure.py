@@ -36,7 +36,13 @@ from ._custom_types import (
     static_wires,
 )
 from ._gates import Hadamard, S
-from ._observables import AbstractObservable, LinearCombination, PauliWord, as_linear_combination
+from ._observables import (
+    AbstractObservable,
+    LinearCombination,
+    PauliWord,
+    as_linear_combination,
+    check_observable,
+)
 from ._tensornet import TensorNetwork, backend_expval, backend_probs
 from .diff import AbstractDiffMethod, Backprop, Expectation
 
@@ -77,9 +83,11 @@ def _check_diff(diff, fn: str) -> None:
         )
 
 
-def _check_wires_in(circuit: Circuit, wires, what: str) -> None:
+def _check_wires_in(circuit: Circuit, wires, what) -> None:
+    """`what`: the thing named in the error, or a function that names it (formatted only when raising)."""
     bad = [w for w in wires if w >= circuit.num_wires]
     if bad:
+        what = what() if callable(what) else what
         raise ValueError(
             f"{what} acts on wire {bad[0]}, but the circuit has {circuit.num_wires} wires "
             f"(0..{circuit.num_wires - 1}); pass num_wires={max(wires) + 1} to the Circuit or fix the wire."
@@ -97,7 +105,8 @@ def _observables(circuit: Circuit, observables, fn: str) -> tuple[tuple[LinearCo
         )
     lcs = tuple(as_linear_combination(o) for o in obs)
     for o in lcs:
-        _check_wires_in(circuit, o.wires, f"The observable {o!r}")
+        check_observable(o, fn)
+        _check_wires_in(circuit, o.wires, lambda o=o: f"The observable {o!r}")
     return lcs, single
 
 
@@ -147,12 +156,12 @@ def _expvals(state: Array, lcs: tuple[LinearCombination, ...], n: int) -> Array:
 def _apply_observable(state: Array, lc: LinearCombination, n: int) -> Array:
     """O|psi>."""
     out = jnp.zeros_like(state)
-    for c, t in zip(lc.coeffs, lc.terms, strict=True):
+    for k, t in enumerate(lc.terms):  # indexed: iterating a concrete array of > 100 entries under jit traces
         if isinstance(t, PauliWord):
             term = K.apply_pauli_word(state, t.word, n)
         else:
             term = K.apply_matrix(state, t.matrix, t.wires, n)
-        out = out + c.astype(state.dtype) * term
+        out = out + lc.coeffs[k].astype(state.dtype) * term
     return out
 
 

@@ -210,19 +210,23 @@ class Hermitian(AbstractObservable):
                 f"Hermitian(wires={self._wires}): expected a ({dim}, {dim}) matrix, got shape {matrix.shape}."
             )
         matrix = matrix.astype(complex_dtype())
-        if is_concrete(matrix):
-            err = float(jnp.max(jnp.abs(matrix - matrix.conj().T)))
-            scale = max(1.0, float(jnp.max(jnp.abs(matrix))))
-            if not err <= 1e-5 * scale:  # NaN fails too
-                raise ValueError(
-                    f"Hermitian(wires={self._wires}): the matrix is not Hermitian "
-                    f"(max |M - M^dagger| = {err:.3g})."
-                )
+        _check_hermitian(matrix, f"Hermitian(wires={self._wires})")
         self.matrix = matrix
 
     @property
     def wires(self):
         return self._wires
+
+
+def _check_hermitian(matrix: Array, what: str) -> None:
+    """Raises if `matrix` is concrete and not Hermitian (on the host: no JAX operation per call)."""
+    if not is_concrete(matrix):
+        return
+    m = np.asarray(matrix)
+    err = float(np.max(np.abs(m - m.conj().T)))
+    scale = max(1.0, float(np.max(np.abs(m))))
+    if not err <= 1e-5 * scale:  # NaN fails too
+        raise ValueError(f"{what}: the matrix is not Hermitian (max |M - M^dagger| = {err:.3g}).")
 
 
 class LinearCombination(AbstractObservable):
@@ -270,14 +274,46 @@ class LinearCombination(AbstractObservable):
         return tuple(sorted({w for t in self.terms for w in t.wires}))
 
     def __repr__(self):
+        # Read on the host: iterating a concrete JAX array of more than 100 entries inside a jit trace makes
+        # tracers. Coefficients that are traced, or not one per term (a vmapped batch, an eqx.tree_at edit),
+        # print as "c".
+        c = self.coeffs
+        host = np.asarray(c) if is_concrete(c) and np.shape(c) == (len(self.terms),) else None
         parts = []
-        # Coefficients stacked by a vmap (shape (batch, terms)) print as "c", like traced ones.
-        coeffs = self.coeffs if self.coeffs.ndim == 1 else [None] * len(self.terms)
-        for c, t in zip(coeffs, self.terms, strict=True):
-            cs = f"{float(c):.4g}" if c is not None and is_concrete(c) else "c"
+        for k, t in enumerate(self.terms):
+            cs = "c" if host is None else f"{host[k]:.4g}"
             ts = repr(t) if isinstance(t, PauliWord) else f"Hermitian(wires={t.wires})"
             parts.append(f"{cs} * {ts}")
         return " + ".join(parts).replace("+ -", "- ") or "0"
+
+
+def check_observable(obs: LinearCombination, fn: str) -> None:
+    """Raises unless `obs` is one well-formed observable: real coefficients, one per term, and Hermitian
+    terms of the right shape (and Hermitian where concrete). The constructors check this, but an
+    `eqx.tree_at` edit skips them, and a batch of observables (from `eqx.filter_vmap`) passed without
+    mapping the call would broadcast or fail deep in the kernels. Shapes and dtypes only under `jit`."""
+    c = obs.coeffs
+    if jnp.iscomplexobj(c):
+        raise TypeError(
+            f"qfx.{fn}: the observable's coefficients must be real (observables are Hermitian), got dtype "
+            f"{jnp.result_type(c)}."
+        )
+    if np.shape(c) != (len(obs.terms),):
+        raise ValueError(
+            f"qfx.{fn}: the observable has {len(obs.terms)} terms but coefficients of shape {np.shape(c)}, "
+            "expected one per term. A batch of observables (from eqx.filter_vmap) runs by mapping the call: "
+            f"jax.vmap(lambda o: qfx.{fn}(circuit, o))(observables)."
+        )
+    for t in obs.terms:
+        if isinstance(t, Hermitian):
+            dim = 2 ** len(t.wires)
+            if np.shape(t.matrix) != (dim, dim):
+                raise ValueError(
+                    f"qfx.{fn}: Hermitian(wires={t.wires}) has a matrix of shape {np.shape(t.matrix)}, "
+                    f"expected ({dim}, {dim}). A batch of observables (from eqx.filter_vmap) runs by "
+                    f"mapping the call: jax.vmap(lambda o: qfx.{fn}(circuit, o))(observables)."
+                )
+            _check_hermitian(t.matrix, f"qfx.{fn}: Hermitian(wires={t.wires})")
 
 
 def as_linear_combination(obs: AbstractObservable) -> LinearCombination:

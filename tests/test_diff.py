@@ -627,4 +627,6 @@ def test_finite_diff_of_the_initial_state():
     def grad(diff):
         return jax.grad(lambda p: qfx.expval(circ, qfx.Z(1), initial_state=p, diff=diff))(psi)
 
-    np.testing.assert_allclose(grad(qfx.diff.FiniteDiff()), grad(qfx.diff.Backprop()), atol=FD_TOL["complex64"])
+    np.testing.assert_allclose(
+        grad(qfx.diff.FiniteDiff()), grad(qfx.diff.Backprop()), atol=FD_TOL["complex64"]
+    )

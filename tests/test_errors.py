@@ -27,6 +27,17 @@ def _batch_of_circuits_with_layers(batch: int):
     return eqx.filter_vmap(layers)(jnp.ones((batch, 3)))
 
 
+_ONE_WIRE = qfx.Circuit([qfx.RY(0.4, wires=0)])
+
+
+def _edit_coeffs(coeffs):
+    return eqx.tree_at(lambda o: o.coeffs, 0.5 * qfx.Z(0) + qfx.Hermitian(np.eye(2), wires=0), coeffs)
+
+
+def _edit_matrix(matrix):
+    return eqx.tree_at(lambda o: o.matrix, qfx.Hermitian(np.eye(2), wires=0), matrix)
+
+
 class _NotAnObservableKind(qfx.AbstractObservable):
     @property
     def wires(self):
@@ -449,6 +460,45 @@ CASES = [
         re.escape("qfx.state: RX on wires (0,) has a complex angle"),
     ),
     ("pauli_word_bool_wire", lambda: qfx.PauliWord({True: "Z"}), ValueError, "wires must be non-negative"),
+    # Observables edited by eqx.tree_at skip their constructors' checks; the measurement checks again.
+    (
+        "complex_coefficients_by_tree_at",
+        lambda: jax.jit(qfx.expval)(_ONE_WIRE, _edit_coeffs(jnp.asarray([1.0 + 1.0j, 0.5]))),
+        TypeError,
+        re.escape("qfx.expval: the observable's coefficients must be real"),
+    ),
+    (
+        "coefficient_count_by_tree_at",
+        lambda: qfx.var(_ONE_WIRE, _edit_coeffs(jnp.ones(3))),
+        ValueError,
+        re.escape("qfx.var: the observable has 2 terms but coefficients of shape (3,)"),
+    ),
+    (
+        "hermitian_shape_by_tree_at",
+        lambda: qfx.expval(_ONE_WIRE, _edit_matrix(jnp.eye(4, dtype=jnp.complex64))),
+        ValueError,
+        re.escape("qfx.expval: Hermitian(wires=(0,)) has a matrix of shape (4, 4), expected (2, 2)."),
+    ),
+    (
+        "non_hermitian_by_tree_at",
+        lambda: qfx.expval(_ONE_WIRE, _edit_matrix(jnp.asarray([[1.0, 2.0], [0.0, 1.0]], jnp.complex64))),
+        ValueError,
+        re.escape("qfx.expval: Hermitian(wires=(0,)): the matrix is not Hermitian"),
+    ),
+    (
+        "batch_of_observables_unmapped",
+        lambda: qfx.var(_ONE_WIRE, eqx.filter_vmap(lambda c: c * qfx.Z(0) + qfx.X(0))(jnp.ones(3))),
+        ValueError,
+        re.escape("coefficients of shape (3, 2), expected one per term. A batch of observables"),
+    ),
+    (
+        "batch_of_hermitians_unmapped",
+        lambda: qfx.expval(
+            _ONE_WIRE, eqx.filter_vmap(lambda m: qfx.Hermitian(m, 0))(jnp.stack([jnp.eye(2)] * 3))
+        ),
+        ValueError,
+        re.escape("Hermitian(wires=(0,)) has a matrix of shape (3, 2, 2), expected (2, 2). A batch"),
+    ),
 ]
 
 

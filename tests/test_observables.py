@@ -135,6 +135,23 @@ def test_products_whose_imaginary_parts_do_not_cancel_are_refused():
         jax.jit(lambda c: ((c * qfx.X(0) + qfx.Z(0)) @ (c * qfx.X(0) + qfx.Z(0))).coeffs)(2.0)
 
 
+def test_a_large_observable_closed_over_by_jit():
+    # More than 100 concrete coefficients: iterating such a JAX array inside a jit trace makes tracers,
+    # which crashed var and expval's error formatting (TracerIntegerConversionError).
+    n = 5
+    words = [qfx.PauliWord({w: "XYZ"[(k // 3**w) % 3] for w in range(n)}) for k in range(101)]
+    h = sum((0.01 * k) * word for k, word in enumerate(words))
+    assert len(h.terms) == 101
+    circ = qfx.Circuit([qfx.RY(0.3 + 0.2 * i, wires=i) for i in range(n)])
+    psi = ref.final_state(circ)
+    dense = sum(0.01 * k * ref.observable_matrix(word, n) for k, word in enumerate(words))
+    mean = float(np.real(psi.conj() @ dense @ psi))
+    square = float(np.real(psi.conj() @ dense @ dense @ psi))
+    assert float(jax.jit(lambda c: qfx.expval(c, h))(circ)) == pytest.approx(mean, abs=1e-4)
+    assert float(jax.jit(lambda c: qfx.var(c, h))(circ)) == pytest.approx(square - mean**2, abs=1e-3)
+    assert "0.01 * Y(0) @ X(1) @ X(2) @ X(3) @ X(4)" in repr(h)
+
+
 def test_repeated_words_merge():
     h = 0.5 * qfx.Z(0) @ qfx.Z(1) + 0.25 * qfx.Z(1) @ qfx.Z(0) - qfx.X(2)
     assert len(h.terms) == 2
