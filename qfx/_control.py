@@ -348,7 +348,8 @@ def measure(wire: int, reset: bool = False, postselect: int | None = None) -> Mi
     - `wire`: the wire to measure in the computational basis.
     - `reset`: put the wire back into |0> after measuring it.
     - `postselect`: `0` or `1` to keep only the runs with that outcome (the statistics are conditioned on
-      it; in `mcm="sampled"` mode the outcome is forced and the state renormalised).
+      it; in `mcm="sampled"` mode the outcome is forced and the state renormalised, which conditions the
+      statistics only where no outcome drawn at random comes before it: otherwise sampled mode refuses).
 
     **Returns:** a `MidMeasure`. Circuits holding measurements need `mcm="exact"` or `mcm="sampled"` (with
     `key=`) in `qfx.state`, `qfx.probs`, `qfx.expval`, ... Each call makes a new measurement; a `Circuit`

@@ -94,6 +94,9 @@ class _Program:
         self.slots: dict = {}
         self.referenced: list = []
         self.num_measurements = 0
+        # Post-selection that an outcome drawn at random may precede (see `simulate`): the first such one.
+        self.drawn, self.postselected = 0, 0
+        self.postselected_after_drawn: str | None = None
         numbering: dict = {}
         relabel_ops(tuple(ops), numbering)  # the circuit's own numbering (ops need not be a Circuit's)
         self.alias = {token: ("m", k) for token, k in numbering.items()}
@@ -112,8 +115,16 @@ class _Program:
             if isinstance(op, MidMeasure):
                 self.num_measurements += 1
                 self.slots.setdefault(alias[op.token], len(self.slots))
+                if op.postselect is None:
+                    self.drawn += 1
+                else:
+                    self.postselected += 1
+                    if self.drawn and self.postselected_after_drawn is None:
+                        self.postselected_after_drawn = (
+                            f"{op!r} post-selects after an outcome drawn at random"
+                        )
             elif isinstance(op, Repeat):
-                self._visit(op.body.ops, alias, p)
+                self._visit_loop(op.body.ops, alias, p)
             elif isinstance(op, Cond):
                 if op.expr is not None:
                     self.referenced += [(alias.get(r[2].token), r) for r in _expr_refs(op.expr)]
@@ -121,10 +132,20 @@ class _Program:
                     self._visit(b.ops, alias, p + (k,))
             elif isinstance(op, WhileLoop):
                 self.referenced += [(alias.get(r[2].token), r) for r in _expr_refs(op.expr)]
-                self._visit(op.body.ops, alias, p)
+                self._visit_loop(op.body.ops, alias, p)
             elif isinstance(op, ForLoop):
                 body, inner = loop_body(op, jax.ShapeDtypeStruct((), jnp.int32), alias, p)
-                self._visit(body, inner, p)
+                self._visit_loop(body, inner, p)
+
+    def _visit_loop(self, ops, alias, path):
+        """A body run repeatedly: a measurement drawn in one iteration precedes those of the next."""
+        drawn, postselected = self.drawn, self.postselected
+        self._visit(ops, alias, path)
+        if self.drawn > drawn and self.postselected > postselected and self.postselected_after_drawn is None:
+            self.postselected_after_drawn = (
+                "a loop body both post-selects and draws outcomes at random (an outcome of one iteration "
+                "precedes the post-selection of the next)"
+            )
 
     def slot(self, token, alias: dict) -> int:
         return self.slots[alias[token]]
@@ -430,6 +451,13 @@ def simulate(
     if mode == "pure":
         return _run(circuit.ops, psi0, _Pure(n), program, program.alias, ()), None
     if mode == "sampled":
+        if program.postselected_after_drawn is not None:
+            raise ValueError(
+                f"qfx.{fn}: mcm='sampled' follows one trajectory, and {program.postselected_after_drawn}: "
+                "forcing the post-selected outcome cannot condition the earlier one on it, so the statistics "
+                "would not be conditioned on the post-selection. Use "
+                "mcm='exact', or measure without postselect= and keep the trajectories with that outcome."
+            )
         record = jnp.zeros(len(program.slots), jnp.int32)
         psi, record, _ = _run(circuit.ops, (psi0, record, key), _Sampled(n), program, program.alias, ())
         return _not_differentiable(psi), record

@@ -267,6 +267,28 @@ def test_postselection_and_reset():
         jax.block_until_ready(probs(impossible, mcm="exact"))
 
 
+def test_sampled_mode_refuses_post_selection_after_a_drawn_outcome():
+    # P(m0 = 1 | m1 = 1) is 0.83 (exact mode); forcing m1 in one trajectory leaves m0 drawn unconditioned
+    # (0.31 on average over keys), so sampled mode refuses rather than return those statistics.
+    m0, m1 = qfx.measure(0), qfx.measure(1, postselect=1)
+    circ = qfx.Circuit([qfx.RY(1.2, wires=0), qfx.CNOT((0, 1)), qfx.RY(0.6, wires=1), m0, m1])
+    s, a, b = np.sin(0.6) ** 2, np.sin(0.3) ** 2, np.cos(0.3) ** 2
+    expected = s * b / (s * b + (1 - s) * a)
+    np.testing.assert_allclose(outcome_probs(circ, m0, mcm="exact")[1], expected, atol=1e-6)
+    with pytest.raises(ValueError, match="post-selects after an outcome drawn at random"):
+        outcome_probs(circ, m0, mcm="sampled", key=jax.random.key(0))
+    m2, m3 = qfx.measure(0), qfx.measure(1, postselect=0, reset=True)
+    loop = qfx.Circuit([qfx.RY(1.2, wires=0), qfx.for_loop(2, lambda i: [qfx.RY(0.3, wires=1), m3, m2])])
+    with pytest.raises(ValueError, match="a loop body both post-selects and draws outcomes"):
+        probs(loop, mcm="sampled", key=jax.random.key(0))
+    # Post-selected first, then drawn: forcing conditions everything after it, as exact mode does.
+    first = qfx.Circuit([qfx.RY(1.2, wires=0), qfx.CNOT((0, 1)), qfx.RY(0.6, wires=1), m1, m0])
+    trajectories = jax.vmap(lambda k: outcome_probs(first, m0, mcm="sampled", key=k))(_keys(4000))
+    np.testing.assert_allclose(
+        np.mean(np.asarray(trajectories)[:, 1]), expected, atol=4 * np.sqrt(0.25 / 4000)
+    )
+
+
 def test_sampled_state_is_the_normalised_post_measurement_state():
     m = qfx.measure(0)
     circ = qfx.Circuit([qfx.RY(1.0, wires=0), qfx.CNOT((0, 1)), m])
