@@ -451,16 +451,7 @@ def simulate(
     if mode == "pure":
         return _run(circuit.ops, psi0, _Pure(n), program, program.alias, ()), None
     if mode == "sampled":
-        if program.postselected_after_drawn is not None:
-            raise ValueError(
-                f"qfx.{fn}: mcm='sampled' follows one trajectory, and {program.postselected_after_drawn}: "
-                "forcing the post-selected outcome cannot condition the earlier one on it, so the statistics "
-                "would not be conditioned on the post-selection. Use "
-                "mcm='exact', or measure without postselect= and keep the trajectories with that outcome."
-            )
-        record = jnp.zeros(len(program.slots), jnp.int32)
-        psi, record, _ = _run(circuit.ops, (psi0, record, key), _Sampled(n), program, program.alias, ())
-        return _not_differentiable(psi), record
+        return _trajectory(circuit.ops, psi0, key, program, fn)
     sim = _Exact(n, len(program.slots))
     x = _run(circuit.ops, sim.initial(psi0), sim, program, program.alias, ())
     weights = sim.weight(x)
@@ -469,6 +460,21 @@ def simulate(
     total = jnp.sum(weights)
     total = eqx.error_if(total, total <= 0, "mcm='exact': the post-selected outcomes have probability 0.")
     return Mixed(rho / total.astype(rho.dtype), weights / total), None
+
+
+def _trajectory(ops, psi0: Array, key, program: _Program, fn: str) -> tuple[Array, Array]:
+    """One trajectory of `ops` (sampled mode): the final state and the record of outcomes."""
+    if program.postselected_after_drawn is not None:
+        raise ValueError(
+            f"qfx.{fn}: mcm='sampled' follows one trajectory, and {program.postselected_after_drawn}: "
+            "forcing the post-selected outcome cannot condition the earlier one on it, so the statistics "
+            "would not be conditioned on the post-selection. Use "
+            "mcm='exact', or measure without postselect= and keep the trajectories with that outcome."
+        )
+    n = round(math.log2(psi0.shape[0]))
+    record = jnp.zeros(len(program.slots), jnp.int32)
+    psi, record, _ = _run(ops, (psi0, record, key), _Sampled(n), program, program.alias, ())
+    return _not_differentiable(psi), record
 
 
 @jax.custom_jvp
@@ -481,8 +487,9 @@ def _not_differentiable_jvp(primals, tangents):
     # Differentiating one trajectory follows it with its outcomes held fixed, which misses how their
     # probabilities change: a biased gradient (mean over keys ~0 where the exact one is -0.78), so none.
     raise ValueError(
-        "mcm='sampled' draws measurement outcomes, and one trajectory's derivative misses how the outcomes' "
-        "probabilities depend on the parameters (a biased gradient). Differentiate with mcm='exact'."
+        "Sampled measurement outcomes (mcm='sampled', qfx.apply with key=, qfx.measure_state) cannot be "
+        "differentiated: one trajectory's derivative misses how the outcomes' probabilities depend on the "
+        "parameters (a biased gradient). Differentiate with mcm='exact'."
     )
 
 
@@ -640,18 +647,24 @@ def initial_state_of(circuit: Circuit, initial_state) -> Array:
     psi = as_numeric(initial_state, "initial_state", inexact=True)
     if psi.shape != (2**n,):
         raise ValueError(f"initial_state: expected shape ({2**n},) for {n} wires, got {psi.shape}.")
-    tol = tolerance(psi.dtype)  # of the dtype it was computed in
-    psi = psi.astype(complex_dtype())
+    return check_normalised(psi, "initial_state", complex_dtype())
+
+
+def check_normalised(psi: Array, what: str, dtype) -> Array:
+    """`psi` as `dtype`, checked to have norm 1 (at once when concrete, at run time under `jit`), within
+    the tolerance of the dtype it was computed in."""
+    tol = tolerance(psi.dtype)
+    psi = psi.astype(dtype)
     norm = jnp.sum(jnp.real(psi * psi.conj()))
     if is_concrete(norm):
         if not abs(float(norm) - 1) <= tol:  # NaN fails too
             raise ValueError(
-                f"initial_state is not normalised: its squared norm is {float(norm):.12g}, expected 1 "
+                f"{what} is not normalised: its squared norm is {float(norm):.12g}, expected 1 "
                 f"(within {tol:g})."
             )
         return psi
     bad = ~(jnp.abs(norm - 1) <= tol)  # NaN fails too
-    return eqx.error_if(psi, bad, "initial_state is not normalised (squared norm != 1).")
+    return eqx.error_if(psi, bad, f"{what} is not normalised (squared norm != 1).")
 
 
 # --- the functional style -----------------------------------------------------------------------------
@@ -727,8 +740,8 @@ def apply(op: "AbstractOperation | Circuit", state: Array, *, key: PRNGKeyArray 
             "qfx.apply: the operation holds mid-circuit measurements; pass key=jax.random.key(0)."
         )
     check_key(key, "qfx.apply")
-    record = jnp.zeros(len(program.slots), jnp.int32)
-    return _run(ops, (state, record, key), _Sampled(n), program, program.alias, ())[0]
+    state = check_normalised(state, "qfx.apply: state", state.dtype)  # outcomes are drawn from it
+    return _trajectory(ops, state, key, program, "apply")[0]
 
 
 def measure_state(
@@ -756,5 +769,8 @@ def measure_state(
     op = measure(wire, reset, postselect)
     if op.wire >= n:
         raise ValueError(f"qfx.measure_state: wire {op.wire} is out of range for {n} wires (0..{n - 1}).")
+    state = check_normalised(state, "qfx.measure_state: state", state.dtype)
     psi, record, _ = _Sampled(n).measure((state, jnp.zeros(1, jnp.int32), key), op, 0)
-    return record[0], psi
+    # A drawn outcome's derivative misses how its probability moves (see `_not_differentiable`); a
+    # post-selected one is not drawn, and the renormalised projection differentiates exactly.
+    return record[0], psi if op.postselect is not None else _not_differentiable(psi)

@@ -477,8 +477,35 @@ def test_sampled_trajectories_are_not_differentiated():
 
     keys = _keys(4)
     assert jax.vmap(f, in_axes=(None, 0))(0.8, keys).shape == (4,)  # evaluating is fine
-    with pytest.raises(ValueError, match="mcm='sampled' draws measurement outcomes.*mcm='exact'"):
+    with pytest.raises(
+        ValueError, match="Sampled measurement outcomes .* cannot be differentiated.*mcm='exact'"
+    ):
         jax.grad(f)(0.8, keys[0])
+
+    # The functional style draws outcomes alike: the same error (its mean over keys was ~0 for -0.78).
+    def functional(theta, key):
+        m = qfx.measure(0)
+        state = qfx.apply(
+            qfx.Circuit([qfx.RY(theta, wires=0), m, qfx.cond(m, qfx.X(1))]), qfx.zero_state(2), key=key
+        )
+        return jnp.abs(state[0]) ** 2
+
+    def by_hand(theta, key):
+        _, state = qfx.measure_state(qfx.apply(qfx.RY(theta, wires=0), qfx.zero_state(1)), 0, key=key)
+        return jnp.abs(state[0]) ** 2
+
+    for g in (functional, by_hand):
+        assert jax.vmap(g, in_axes=(None, 0))(0.8, keys).shape == (4,)
+        with pytest.raises(ValueError, match="Sampled measurement outcomes"):
+            jax.grad(g)(0.8, keys[0])
+
+    # A post-selected outcome is not drawn: the renormalised projection differentiates exactly. Wire 1 of
+    # RY(t) x RY(0.5) post-selected on 1 leaves (cos(t/2)|0> + sin(t/2)|1>) x |1>: d<11|psi>/dt = cos(t/2)/2.
+    def post(t):
+        state = qfx.apply(qfx.Circuit([qfx.RY(t, wires=0), qfx.RY(0.5, wires=1)]), qfx.zero_state(2))
+        return jnp.real(qfx.measure_state(state, 1, key=keys[0], postselect=1)[1][3])
+
+    assert float(jax.grad(post)(0.8)) == pytest.approx(0.5 * np.cos(0.4), abs=1e-5)
 
 
 def test_plain_circuits_take_the_old_path():
@@ -948,6 +975,14 @@ def test_entry_point_errors():
         qfx.apply(circ, qfx.zero_state(1))
     with pytest.raises(ValueError, match="wire 3 is out of range for 1 wires"):
         qfx.measure_state(qfx.zero_state(1), 3, key=jax.random.key(0))
+    # Outcomes are drawn from |amplitude|^2: an unnormalised state would skew them (P(1) 0.775 for 0.64).
+    unnormalised = 1.1 * jnp.asarray([0.6, 0.8], jnp.complex64)
+    with pytest.raises(
+        ValueError, match="qfx.measure_state: state is not normalised: its squared norm is 1.21"
+    ):
+        qfx.measure_state(unnormalised, 0, key=jax.random.key(0))
+    with pytest.raises(ValueError, match="qfx.apply: state is not normalised"):
+        qfx.apply(circ, unnormalised, key=jax.random.key(0))
     # Other differentiation methods and the tensor-network backend refuse control flow clearly; the
     # default runs it (X twice: |0>).
     looped = qfx.Circuit([qfx.for_loop(2, lambda i: qfx.X(0))])
