@@ -33,7 +33,7 @@ from jaxtyping import Array, ArrayLike
 import numpy as np
 
 from ._circuit import Circuit, Repeat, relabel_circuit
-from ._custom_types import as_numeric, real_dtype, static_count
+from ._custom_types import as_leaf, as_numeric, real_dtype, static_count
 from ._gates import AbstractOperation
 
 # --- measurement identity -----------------------------------------------------------------------------
@@ -606,7 +606,9 @@ def for_loop(length: "int | ArrayLike", body: Callable[..., Any], *args: Any) ->
     """
     if not callable(body):
         raise TypeError(f"qfx.for_loop: body must be callable, got {body!r}.")
-    fn = body if isinstance(body, eqx.Module) and not args else _Body(body, args)
+    # Python floats become array leaves, as gates' do: Equinox's filters (eqx.is_inexact_array, so
+    # eqx.filter_grad and an Optax loop over eqx.partition) skip Python floats.
+    fn = body if isinstance(body, eqx.Module) and not args else _Body(body, jax.tree.map(as_leaf, args))
     if isinstance(length, (int, np.integer)) and not isinstance(length, bool):  # an array is a leaf
         if length < 0:
             raise ValueError(f"qfx.for_loop: length must be non-negative, got {length}.")

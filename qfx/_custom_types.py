@@ -36,6 +36,16 @@ def tolerance(dtype) -> float:
     return 1e-2 if bits <= 16 else 1e-4 if bits <= 32 else 1e-9
 
 
+def as_leaf(x):
+    """A Python float or complex as an array of the default dtype (a parameter leaf); anything else as it
+    is. Python ints are counts (a for_loop's length) and stay ints."""
+    if isinstance(x, complex):
+        return jnp.asarray(x, complex_dtype())
+    if isinstance(x, float):
+        return jnp.asarray(x, real_dtype())
+    return x
+
+
 def is_concrete(x) -> bool:
     """True when `x` holds a value now, i.e. it is not traced by jit, grad or vmap."""
     return not isinstance(x, jax.core.Tracer)

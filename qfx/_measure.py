@@ -29,8 +29,8 @@ from ._control_run import (
 )
 from ._custom_types import (
     EXACT,
+    as_leaf,
     check_key,
-    complex_dtype,
     real_dtype,
     static_count,
     static_wires,
@@ -62,18 +62,9 @@ def _check_circuit(circuit, fn: str) -> Circuit:
             f"qfx.{fn}: an operation acts on wire {used}, but the circuit has {circuit.num_wires} wires; "
             "build a new qfx.Circuit (with num_wires=...) after replacing operations."
         )
-    circuit = jax.tree.map(_as_leaf, circuit)
+    circuit = jax.tree.map(as_leaf, circuit)
     check_parameter_shapes(circuit.ops, fn)
     return circuit
-
-
-def _as_leaf(x):
-    # Floats and complex numbers only: Python ints are counts (a for_loop's length), kept as they are.
-    if isinstance(x, complex):
-        return jnp.asarray(x, complex_dtype())
-    if isinstance(x, float):
-        return jnp.asarray(x, real_dtype())
-    return x
 
 
 def _check_diff(diff, fn: str) -> None:

@@ -508,6 +508,19 @@ def test_sampled_trajectories_are_not_differentiated():
     assert float(jax.grad(post)(0.8)) == pytest.approx(0.5 * np.cos(0.4), abs=1e-5)
 
 
+def test_for_loop_float_arguments_are_parameter_leaves():
+    # A Python float argument was kept as a float: eqx.filter_grad (eqx.is_inexact_array) skipped it, so an
+    # Optax loop over eqx.partition never trained it. <Z> = cos(3 t) cos(0.2): d/dt = -3 sin(3 t) cos(0.2).
+    circ = qfx.Circuit([qfx.for_loop(3, _rx_body, 0.2), qfx.RY(0.2, wires=0)])
+    grad = eqx.filter_grad(lambda c: expval(c, qfx.Z(0)))(circ)
+    (dt,) = grad.ops[0].body.args
+    assert float(dt) == pytest.approx(-3 * np.sin(0.6) * np.cos(0.2), abs=1e-5)
+
+
+def _rx_body(i, t):
+    return [qfx.RX(t, wires=0)]
+
+
 def test_plain_circuits_take_the_old_path():
     circ = qfx.Circuit([qfx.RX(0.3, wires=0), qfx.CNOT((0, 1))])
     assert not qfx._control_run.has_control(circ.ops)
