@@ -303,8 +303,16 @@ def draw(circuit: Circuit, *, decimals: int = 2) -> str:
             lo, hi = min(op.wires), max(op.wires)
             for w in range(lo, hi + 1):
                 rows[w].append("[")
-            for inner in op.body.ops:
-                add(inner)
+            if op.length:  # one layer, traced: parameters show as "·", and a for_loop sees one layer's
+
+                def trace(body):
+                    for inner in jax.tree.map(lambda x: x[0], body).ops:
+                        add(inner)
+
+                jax.eval_shape(trace, op.body)
+            else:
+                for inner in op.body.ops:
+                    add(inner)
             pad()
             for w in range(lo, hi + 1):
                 rows[w].append(f"]×{op.length}" if w == lo else "]" + " " * len(f"×{op.length}"))

@@ -124,7 +124,9 @@ class _Program:
                             f"{op!r} post-selects after an outcome drawn at random"
                         )
             elif isinstance(op, Repeat):
-                self._visit_loop(op.body.ops, alias, p)
+                # One layer: a for_loop in the body builds its operations from one layer's arguments.
+                body = op.layer(0) if op.length else op.body
+                self._visit_loop(body.ops, alias, p)
             elif isinstance(op, Cond):
                 if op.expr is not None:
                     self.referenced += [(alias.get(r[2].token), r) for r in _expr_refs(op.expr)]

@@ -521,6 +521,37 @@ def _rx_body(i, t):
     return [qfx.RX(t, wires=0)]
 
 
+def _loop_in_layer_body(i, t):
+    return [qfx.RX(t[i], wires=0), qfx.CNOT((0, 1))]
+
+
+def _loop_in_layer(t):
+    return [qfx.for_loop(3, _loop_in_layer_body, t), qfx.RY(t[0], wires=1)]
+
+
+def _unrolled_loop_layers(thetas):
+    ops = []
+    for t in thetas:
+        ops += [o for i in range(3) for o in _loop_in_layer_body(i, t)] + [qfx.RY(t[0], wires=1)]
+    return qfx.Circuit(ops)
+
+
+def test_for_loop_inside_repeat_layers(x64):
+    # Each layer's loop reads that layer's (3,) angles; the visit of the body once saw all layers' (4, 3).
+    thetas = jnp.arange(12.0).reshape(4, 3) * 0.1
+    circ = qfx.Circuit([qfx.repeat(_loop_in_layer, thetas)])
+    obs = qfx.Z(0) + qfx.X(1)
+    reference = ref.expval(_unrolled_loop_layers(np.asarray(thetas)), obs)
+    assert float(expval(circ, obs)) == pytest.approx(reference, abs=1e-5)
+    grad = jax.grad(lambda t: expval(qfx.Circuit([qfx.repeat(_loop_in_layer, t)]), obs))(thetas)
+    by_reference = central_difference(lambda t: ref.expval(_unrolled_loop_layers(t), obs), thetas)
+    np.testing.assert_allclose(grad, by_reference, atol=1e-4)
+    assert float(expval(qfx.Circuit([*circ.ops, *circ.inverse().ops]), qfx.Z(0))) == pytest.approx(
+        1.0, abs=1e-5
+    )
+    assert "for i:" in qfx.draw(circ) and "]×4" in qfx.draw(circ)
+
+
 def test_plain_circuits_take_the_old_path():
     circ = qfx.Circuit([qfx.RX(0.3, wires=0), qfx.CNOT((0, 1))])
     assert not qfx._control_run.has_control(circ.ops)
