@@ -74,6 +74,12 @@ def _check_diff(diff, fn: str) -> None:
         )
 
 
+def _check_mcm(mcm, fn: str) -> None:
+    """Checked for every circuit, not only those with measurements: a typo must not pass silently."""
+    if mcm not in (None, "exact", "sampled"):
+        raise ValueError(f"qfx.{fn}: mcm must be 'exact', 'sampled' or None, got {mcm!r}.")
+
+
 def _check_wires_in(circuit: Circuit, wires, what) -> None:
     """`what`: the thing named in the error, or a function that names it (formatted only when raising)."""
     bad = [w for w in wires if w >= circuit.num_wires]
@@ -242,6 +248,7 @@ def state(
     """
     circuit = _check_circuit(circuit, "state")
     _check_diff(diff, "state")
+    _check_mcm(mcm, "state")
     if has_control(circuit.ops):
         psi0 = initial_state_of(circuit, initial_state)
         return run_control(
@@ -268,6 +275,7 @@ def probs(
     """
     circuit = _check_circuit(circuit, "probs")
     _check_diff(diff, "probs")
+    _check_mcm(mcm, "probs")
     wires = _check_measured_wires(circuit, wires, "probs")
     if backend is not None:  # the light cone of `wires` as a tensor network; no state vector
         return backend_probs(backend, circuit, wires, diff, initial_state=initial_state)
@@ -317,6 +325,7 @@ def expval(
     """
     circuit = _check_circuit(circuit, "expval")
     _check_diff(diff, "expval")
+    _check_mcm(mcm, "expval")
     lcs, single = _observables(circuit, observable, "expval")
     if backend is not None:
         out = backend_expval(backend, circuit, lcs, diff, initial_state=initial_state, shots=shots)
@@ -358,6 +367,7 @@ def var(
     """
     circuit = _check_circuit(circuit, "var")
     _check_diff(diff, "var")
+    _check_mcm(mcm, "var")
     lcs, single = _observables(circuit, observable, "var")
     lcs = tuple(_without_identity(o) for o in lcs)
     n = circuit.num_wires
@@ -404,6 +414,7 @@ def density_matrix(
     """
     circuit = _check_circuit(circuit, "density_matrix")
     _check_diff(diff, "density_matrix")
+    _check_mcm(mcm, "density_matrix")
     wires = _check_measured_wires(circuit, wires, "density_matrix")
     n = circuit.num_wires
     measure = Expectation(lambda psi, _: K.reduced_density_matrix(psi, wires, n))
@@ -435,6 +446,7 @@ def sample(
     """
     circuit = _check_circuit(circuit, "sample")
     shots = _check_shots(shots, key, "sample")
+    _check_mcm(mcm, "sample")
     wires = _check_measured_wires(circuit, wires, "sample")
     n = circuit.num_wires
     if has_control(circuit.ops):

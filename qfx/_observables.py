@@ -173,6 +173,11 @@ class PauliWord(AbstractObservable):
     word: Word = eqx.field(static=True)
 
     def __init__(self, paulis: dict[int, str] | Word = ()):
+        if isinstance(paulis, str):
+            raise TypeError(
+                f"PauliWord: expected {{wire: letter}} (or (wire, letter) pairs), got the string {paulis!r}; "
+                f"for its letters on wires 0, 1, ... use qfx.PauliWord(dict(enumerate({paulis!r})))."
+            )
         items = paulis.items() if isinstance(paulis, dict) else paulis
         word = {}
         for wire, letter in items:

@@ -460,6 +460,25 @@ CASES = [
         re.escape("qfx.state: RX on wires (0,) has a complex angle"),
     ),
     ("pauli_word_bool_wire", lambda: qfx.PauliWord({True: "Z"}), ValueError, "wires must be non-negative"),
+    (
+        "pauli_word_string",
+        lambda: qfx.PauliWord("XZ"),
+        TypeError,
+        re.escape("qfx.PauliWord(dict(enumerate('XZ')))"),
+    ),
+    # mcm is checked on every circuit, not only those with measurements.
+    (
+        "mcm_typo_plain_circuit",
+        lambda: qfx.probs(_ONE_WIRE, mcm="bogus"),
+        ValueError,
+        re.escape("qfx.probs: mcm must be 'exact', 'sampled' or None, got 'bogus'."),
+    ),
+    (
+        "mcm_case_plain_circuit_sample",
+        lambda: qfx.sample(_ONE_WIRE, key=jax.random.key(0), shots=2, mcm="Exact"),
+        ValueError,
+        re.escape("qfx.sample: mcm must be"),
+    ),
     # Observables edited by eqx.tree_at skip their constructors' checks; the measurement checks again.
     (
         "complex_coefficients_by_tree_at",
