@@ -281,6 +281,15 @@ def _ops_of_body(run, init, lists, names, where: str) -> tuple[int, list]:
     start = tuple([] if k in lists else v for k, v in enumerate(init))
     out = run(start)
     changed = [k for k in lists if out[k]]
+    for k in changed:
+        other = next((x for x in out[k] if not isinstance(x, AbstractOperation)), None)
+        if other is not None:
+            raise _error(
+                TypeError,
+                f"{where} appends {type(other).__name__} to the list `{names[k]}`; a list that such a loop "
+                "or branch appends to is taken for a circuit being built and holds operations only. To "
+                "collect values, write them into an array (`x = x.at[i].set(...)`), or use a static range.",
+            )
     for k, (a, b) in enumerate(zip(init, out, strict=True)):
         if k not in lists and a is not b and names[k] not in ("do_return", "retval_"):
             raise _error(

@@ -914,6 +914,18 @@ def test_autograph_other_errors():
         _return_in_building(m)
     with pytest.raises(ValueError, match="appends to several lists of operations"):
         _two_lists(m)
+    # A list that collects values, not operations: said so, with the way out (it was "Circuit: operation 0
+    # is a DynamicJaxprTracer").
+    with pytest.raises(TypeError, match="appends DynamicJaxprTracer to the list `results`.*into an array"):
+        jax.make_jaxpr(_collects_values)(0.3, 3)
+
+
+@qfx.autograph
+def _collects_values(theta, n):
+    results = []
+    for i in range(n):
+        results.append(theta * i.astype(jnp.float32))
+    return results
 
 
 # --- errors of the operations and entry points --------------------------------------------------------
