@@ -366,6 +366,8 @@ def measure(wire: int, reset: bool = False, postselect: int | None = None) -> Mi
         raise ValueError(f"qfx.measure: wire must be a non-negative int, got {wire!r}.")
     if postselect not in (None, 0, 1):
         raise ValueError(f"qfx.measure: postselect must be None, 0 or 1, got {postselect!r}.")
+    if not isinstance(reset, (bool, np.bool_)):  # bool("no") is True
+        raise TypeError(f"qfx.measure: reset must be True or False, got {reset!r}.")
     token = _Token()
     postselect = None if postselect is None else int(postselect)
     return MidMeasure(static_count(wire), bool(reset), postselect, token, _Link(token))
@@ -606,6 +608,8 @@ def for_loop(length: "int | ArrayLike", body: Callable[..., Any], *args: Any) ->
     """
     if not callable(body):
         raise TypeError(f"qfx.for_loop: body must be callable, got {body!r}.")
+    if isinstance(length, (bool, np.bool_)):
+        raise TypeError(f"qfx.for_loop: length must be an int, got {length!r}.")
     # Python floats become array leaves, as gates' do: Equinox's filters (eqx.is_inexact_array, so
     # eqx.filter_grad and an Optax loop over eqx.partition) skip Python floats.
     fn = body if isinstance(body, eqx.Module) and not args else _Body(body, jax.tree.map(as_leaf, args))

@@ -466,6 +466,13 @@ CASES = [
         TypeError,
         re.escape("qfx.PauliWord(dict(enumerate('XZ')))"),
     ),
+    ("measure_reset_string", lambda: qfx.measure(0, reset="no"), TypeError, "reset must be True or False"),
+    (
+        "for_loop_bool_length",
+        lambda: qfx.for_loop(True, lambda i: qfx.X(0)),
+        TypeError,
+        "length must be an int",
+    ),
     # mcm is checked on every circuit, not only those with measurements.
     (
         "mcm_typo_plain_circuit",
