@@ -361,3 +361,17 @@ def test_x64_judges_inputs_by_the_precision_they_were_computed_in(x64):
     assert out.dtype == jnp.complex128
     with pytest.raises(ValueError, match="not normalised"):
         qfx.state(circ, initial_state=np.asarray(psi, np.complex128))
+
+
+def test_qubit_unitary_built_under_jit_from_a_constant():
+    # A jax array already in the default complex dtype is concrete inside jit, but JAX operations on it are
+    # traced: the unitarity check crashed with ConcretizationTypeError (NumPy inputs worked).
+    u = jnp.asarray([[0, 1], [1, 0]], jnp.complex64)
+
+    def f(t):
+        return qfx.expval(qfx.Circuit([qfx.RX(t, wires=0), qfx.QubitUnitary(u, wires=0)]), qfx.Z(0))
+
+    assert float(jax.jit(f)(0.3)) == pytest.approx(-np.cos(0.3), abs=1e-6)
+    doubled = 2 * u  # a constant too: still checked
+    with pytest.raises(ValueError, match="not unitary"):
+        jax.jit(lambda t: qfx.QubitUnitary(doubled, wires=0).U * t)(0.3)
