@@ -932,9 +932,10 @@ class Controlled(AbstractGate):
 
     @property
     def shift_rules(self):
-        # A controlled Pauli rotation has generator eigenvalues {0, +-1/2}: four-term rule.
+        # Controlling adds the eigenvalue 0 to the generator's: a two-term generator (eigenvalues +-1/2, or
+        # 0 and 1) becomes one with differences in {1/2, 1}, the four-term rule's; a four-term one stays so.
         rules = self.base.shift_rules
-        if rules is None or any(r != TWO_TERM for r in rules):
+        if rules is None or any(r not in (TWO_TERM, FOUR_TERM) for r in rules):
             return None
         return (FOUR_TERM,) * len(rules)
 

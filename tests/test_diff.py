@@ -630,3 +630,27 @@ def test_finite_diff_of_the_initial_state():
     np.testing.assert_allclose(
         grad(qfx.diff.FiniteDiff()), grad(qfx.diff.Backprop()), atol=FD_TOL["complex64"]
     )
+
+
+def test_parameter_shift_of_controlled_gates_with_four_term_rules(x64):
+    # Controlling adds the generator eigenvalue 0: CRX, IsingXY, controlled rotations and CRot keep the
+    # four-term rule (they were refused). First and second derivatives equal backprop's.
+    def gates(t):
+        return [
+            qfx.Controlled(qfx.CRX(t, wires=(1, 2)), 0),
+            qfx.Controlled(qfx.IsingXY(0.7 * t, wires=(1, 2)), 0, 0),
+            qfx.Controlled(qfx.Controlled(qfx.RY(1.3 * t, wires=2), 1), 0),
+            qfx.Controlled(qfx.Adjoint(qfx.CRot(t, 0.2 * t, -t, wires=(2, 1))), 0),
+        ]
+
+    obs = qfx.X(2) + qfx.Y(1) @ qfx.Z(2) + qfx.X(0) @ qfx.X(1) @ qfx.Y(2)
+    for k in range(4):
+
+        def f(t, diff, k=k):
+            circ = qfx.Circuit([qfx.H(0), qfx.H(1), qfx.RX(0.4, wires=2), gates(t)[k], qfx.RY(0.3, wires=1)])
+            return qfx.expval(circ, obs, diff=diff)
+
+        for order in (jax.grad, jax.hessian) if k == 0 else (jax.grad,):
+            shifted = order(f)(0.7, qfx.diff.ParameterShift())
+            assert float(shifted) == pytest.approx(float(order(f)(0.7, qfx.diff.Backprop())), abs=1e-9)
+    assert float(jax.grad(f)(0.7, qfx.diff.Backprop())) != 0  # the case is not trivial
