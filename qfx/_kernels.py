@@ -189,8 +189,13 @@ def _dense_broadcast(view: Array, matrix: Array, axes, rotated: bool = False) ->
     return jnp.moveaxis(out, 0, -1) if rotated else out
 
 
-# Entries of the state per first-stage partial sum of a matrix cotangent (see `_matrix_tangent`).
-_STAGE = 8
+# Entries of the state per first-stage partial sum of a matrix cotangent (see `_matrix_tangent`). 4 rather
+# than 8: measured (HEA value_and_grad, one process, 8 and 4 interleaved, medians, idle 2-core CPU) with
+# the default method at n = 12 / 16 / 20, L = 10: 3.4 -> 2.7 ms, 24.9 -> 23.0 ms, 618 -> 557 ms; adjoint
+# n = 16, L = 10: 23.8 -> 18.6 ms, n = 20, L = 6: 292 -> 266 ms; 1024 vmapped HEA(8, 4): 42.7 -> 40.5 ms.
+# On a shared machine 2 and 1 were slower than 4 (n = 16 adjoint: 39.9 and 49.0 against 36.8 ms), and 16
+# and 32 slower than 8 (46.8 and 53.2 against 43.6 ms).
+_STAGE = 4
 
 
 def _matrix_tangent(view: Array, dmatrix: Array, axes, rotated: bool = False) -> Array:
