@@ -255,6 +255,8 @@ def draw(circuit: Circuit, *, decimals: int = 2) -> str:
     """A text drawing of the circuit, one line per wire. Repeat blocks and loops are drawn once, counted."""
     n = circuit.num_wires
     rows = [[f"{w}: "] for w in range(n)]
+    numbering: dict = {}  # the circuit's measurements, token -> id (see `qfx/_control.py: draw_op`)
+    relabel_ops(circuit.ops, numbering)
 
     def label(op: AbstractGate, name: str | None = None) -> str:
         params = [
@@ -318,7 +320,7 @@ def draw(circuit: Circuit, *, decimals: int = 2) -> str:
                 rows[w].append(f"]×{op.length}" if w == lo else "]" + " " * len(f"×{op.length}"))
             return
         if hasattr(op, "draw_into"):  # control flow and measurements (qfx/_control.py) draw themselves
-            op.draw_into(rows, add, pad)
+            op.draw_into(rows, add, pad, numbering)
             return
         pad()
         wires = op.wires

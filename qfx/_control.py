@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
 import numpy as np
 
-from ._circuit import Circuit, Repeat, relabel_circuit
+from ._circuit import Circuit, Repeat, relabel_circuit, relabel_ops
 from ._custom_types import as_leaf, as_numeric, real_dtype, static_count
 from ._gates import AbstractOperation
 
@@ -269,9 +269,10 @@ def _evaluate(expr: tuple, bit: Callable[[_Token], Array]) -> Array:
 class AbstractControlOperation(AbstractOperation):
     """Measurements and control flow: run by the control-flow runner, never by the gate kernels."""
 
-    def draw_into(self, rows: list[list[str]], add: Callable, pad: Callable) -> None:
-        """Draws the operation into `qfx.draw`'s rows (called by `qfx.draw`)."""
-        draw_op(self, rows, add, pad)
+    def draw_into(self, rows: list[list[str]], add: Callable, pad: Callable, numbering: dict) -> None:
+        """Draws the operation into `qfx.draw`'s rows (called by `qfx.draw`, with the circuit's numbering
+        of its measurements)."""
+        draw_op(self, rows, add, pad, numbering)
 
     @abc.abstractmethod
     def relabel(self, numbering: dict) -> "AbstractControlOperation":
@@ -716,9 +717,11 @@ def _may_measure(ops, tokens: set) -> bool:
 # --- drawing ------------------------------------------------------------------------------------------
 
 
-def draw_op(op, rows: list[list[str]], add: Callable, pad: Callable) -> None:
+def draw_op(op, rows: list[list[str]], add: Callable, pad: Callable, numbering: dict) -> None:
     """Draws a control-flow operation into `qfx.draw`'s rows (one list of strings per wire), using its
-    `add(op)` and `pad()`. Loops are drawn once, with their count: never unrolled."""
+    `add(op)` and `pad()`. Loops are drawn once, with their count: never unrolled. `numbering` is the
+    circuit's (token -> id); the measurements a for-loop body makes afresh are numbered after it, so that
+    they do not read as the circuit's own."""
 
     def bracket(parts: list[tuple[str, Callable[[], None]]], closing: str):
         wires = op.wires
@@ -760,7 +763,7 @@ def draw_op(op, rows: list[list[str]], add: Callable, pad: Callable) -> None:
         def draw_body():
             # Drawn from a traced index, so that parameters depending on it show as "·".
             def trace(i):
-                for inner in op.ops_at(i):
+                for inner in relabel_ops(op.ops_at(i), numbering):
                     add(inner)
 
             jax.eval_shape(trace, jax.ShapeDtypeStruct((), jnp.int32))

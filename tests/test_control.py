@@ -574,6 +574,27 @@ def test_draw_shows_loops_and_conditionals_without_unrolling():
     assert text.split("\n")[1].count("RZ(-4.00)") == 2  # the CRZ's target: before the loop, and inside it
 
 
+_OUTER = qfx.measure(0)
+
+
+def _body_with_its_own_measurement(i):
+    k = qfx.measure(1, reset=True)
+    return [qfx.H(1), k, qfx.cond(k, qfx.X(2)), qfx.cond(_OUTER, qfx.X(1))]
+
+
+def test_draw_numbers_a_loop_bodys_measurements_after_the_circuits():
+    # The body's own measurement was drawn M0 / "if m0", the same as the circuit's m0.
+    later = qfx.measure(2)
+    circ = qfx.Circuit(
+        [qfx.H(0), _OUTER, qfx.for_loop(2, _body_with_its_own_measurement), later, qfx.cond(later, qfx.X(0))]
+    )
+    rows = qfx.draw(circ).split("\n")
+    assert "M0" in rows[0] and "M1" in rows[2]  # the circuit's two, in order of appearance
+    assert "M2→0" in rows[1]  # the body's, numbered after them
+    assert "if m2" in rows[2] and "if m0" in rows[1]  # the body reads its own and the circuit's
+    assert "if m1" in rows[0]
+
+
 # --- AutoGraph ----------------------------------------------------------------------------------------
 
 
