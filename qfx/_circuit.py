@@ -69,9 +69,10 @@ class Circuit(eqx.Module):
         used = max((w for op in ops for w in op.wires), default=-1) + 1
         if num_wires is None:
             num_wires = max(used, 1)
-        if static_count(num_wires, 1) is None:
+        count = static_count(num_wires, 1)
+        if count is None:
             raise ValueError(f"Circuit: num_wires must be a positive int, got {num_wires!r}.")
-        num_wires = static_count(num_wires, 1)
+        num_wires = count
         for op in ops:
             bad = [w for w in op.wires if w >= num_wires]
             if bad:
@@ -141,12 +142,13 @@ class Repeat(AbstractOperation):
             if length is not None and length != found:
                 raise ValueError(f"Repeat: length={length}, but the body's leaves stack {found} layers.")
             length = found
-        if static_count(length) is None:  # None too
+        count = static_count(length)
+        if count is None:  # None too
             raise ValueError(
                 f"Repeat: pass length= (a non-negative int) for a body with no parameters, got {length!r}."
             )
         self.body = body
-        self.length = static_count(length)
+        self.length = count
 
     def check_layers(self) -> None:
         """Raises unless every leaf still stacks `length` layers: a transformation of the leaves (say

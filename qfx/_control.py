@@ -363,7 +363,8 @@ def measure(wire: int, reset: bool = False, postselect: int | None = None) -> Mi
     qfx.probs(circ, mcm="exact")  # [0.5, 0, 0, 0.5]
     ```
     """
-    if static_count(wire) is None:
+    count = static_count(wire)
+    if count is None:
         raise ValueError(f"qfx.measure: wire must be a non-negative int, got {wire!r}.")
     if postselect not in (None, 0, 1):
         raise ValueError(f"qfx.measure: postselect must be None, 0 or 1, got {postselect!r}.")
@@ -371,7 +372,7 @@ def measure(wire: int, reset: bool = False, postselect: int | None = None) -> Mi
         raise TypeError(f"qfx.measure: reset must be True or False, got {reset!r}.")
     token = _Token()
     postselect = None if postselect is None else int(postselect)
-    return MidMeasure(static_count(wire), bool(reset), postselect, token, _Link(token))
+    return MidMeasure(count, bool(reset), postselect, token, _Link(token))
 
 
 def _as_circuit(ops, what: str) -> Circuit:
@@ -681,7 +682,8 @@ def while_loop(
             "qfx.while_loop: the condition must be a measurement value (from qfx.measure), got "
             f"{type(condition).__name__}. For loops over a traced count use qfx.for_loop."
         )
-    if max_iterations is not None and static_count(max_iterations) is None:
+    bound = None if max_iterations is None else static_count(max_iterations)
+    if max_iterations is not None and bound is None:
         raise ValueError(
             f"qfx.while_loop: max_iterations must be a non-negative int or None, got {max_iterations!r}."
         )
@@ -692,7 +694,7 @@ def while_loop(
             "qfx.while_loop: the body measures none of the outcomes the condition reads, so once true the "
             "condition stays true and the loop never ends. Measure them in the body, or give max_iterations."
         )
-    return WhileLoop(circuit, expr, None if max_iterations is None else static_count(max_iterations))
+    return WhileLoop(circuit, expr, bound)
 
 
 def _expr_tokens(expr: tuple) -> set:

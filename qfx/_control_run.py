@@ -410,6 +410,12 @@ class Mixed(eqx.Module):
     records: Array
 
 
+def check_mcm(mcm, fn: str) -> None:
+    """Checked for every circuit, not only those with measurements: a typo must not pass silently."""
+    if mcm not in (None, "exact", "sampled"):
+        raise ValueError(f"qfx.{fn}: mcm must be 'exact', 'sampled' or None, got {mcm!r}.")
+
+
 def _check_mode(circuit: Circuit, program: _Program, mcm, key, diff, fn: str) -> str:
     if not isinstance(diff, Backprop):
         raise ValueError(
@@ -418,8 +424,7 @@ def _check_mode(circuit: Circuit, program: _Program, mcm, key, diff, fn: str) ->
             "diff=qfx.diff.Backprop() "
             "(the default): JAX differentiates through them (reverse mode where loop lengths are static)."
         )
-    if mcm not in (None, "exact", "sampled"):
-        raise ValueError(f"qfx.{fn}: mcm must be 'exact', 'sampled' or None, got {mcm!r}.")
+    check_mcm(mcm, fn)
     if program.num_measurements == 0:
         return "pure"
     if mcm is None:
@@ -453,7 +458,7 @@ def simulate(
     if mode == "pure":
         return _run(circuit.ops, psi0, _Pure(n), program, program.alias, ()), None
     if mode == "sampled":
-        return _trajectory(circuit.ops, psi0, key, program, fn)
+        return _trajectory(circuit.ops, psi0, n, key, program, fn)
     sim = _Exact(n, len(program.slots))
     x = _run(circuit.ops, sim.initial(psi0), sim, program, program.alias, ())
     weights = sim.weight(x)
@@ -464,7 +469,7 @@ def simulate(
     return Mixed(rho / total.astype(rho.dtype), weights / total), None
 
 
-def _trajectory(ops, psi0: Array, key, program: _Program, fn: str) -> tuple[Array, Array]:
+def _trajectory(ops, psi0: Array, n: int, key, program: _Program, fn: str) -> tuple[Array, Array]:
     """One trajectory of `ops` (sampled mode): the final state and the record of outcomes."""
     if program.postselected_after_drawn is not None:
         raise ValueError(
@@ -473,7 +478,6 @@ def _trajectory(ops, psi0: Array, key, program: _Program, fn: str) -> tuple[Arra
             "would not be conditioned on the post-selection. Use "
             "mcm='exact', or measure without postselect= and keep the trajectories with that outcome."
         )
-    n = round(math.log2(psi0.shape[0]))
     record = jnp.zeros(len(program.slots), jnp.int32)
     psi, record, _ = _run(ops, (psi0, record, key), _Sampled(n), program, program.alias, ())
     return _not_differentiable(psi), record
@@ -743,7 +747,7 @@ def apply(op: "AbstractOperation | Circuit", state: Array, *, key: PRNGKeyArray 
         )
     check_key(key, "qfx.apply")
     state = check_normalised(state, "qfx.apply: state", state.dtype)  # outcomes are drawn from it
-    return _trajectory(ops, state, key, program, "apply")[0]
+    return _trajectory(ops, state, n, key, program, "apply")[0]
 
 
 def measure_state(

@@ -18,6 +18,7 @@ import numpy as np
 from . import _kernels as K
 from ._circuit import Circuit, check_parameter_shapes
 from ._control_run import (
+    check_mcm,
     control_sample,
     has_control,
     initial_state_of,
@@ -72,12 +73,6 @@ def _check_diff(diff, fn: str) -> None:
         raise TypeError(
             f"qfx.{fn}: diff must be a qfx.diff method such as qfx.diff.Backprop(), got {diff!r}."
         )
-
-
-def _check_mcm(mcm, fn: str) -> None:
-    """Checked for every circuit, not only those with measurements: a typo must not pass silently."""
-    if mcm not in (None, "exact", "sampled"):
-        raise ValueError(f"qfx.{fn}: mcm must be 'exact', 'sampled' or None, got {mcm!r}.")
 
 
 def _check_wires_in(circuit: Circuit, wires, what) -> None:
@@ -222,12 +217,13 @@ def _estimates(state, lcs, key, shots: int, n: int) -> Array:
 
 
 def _check_shots(shots, key, fn: str) -> int:
-    if static_count(shots, 1) is None:
+    count = static_count(shots, 1)
+    if count is None:
         raise ValueError(f"qfx.{fn}: shots must be a positive int (static), got {shots!r}.")
     if key is None:
         raise ValueError(f"qfx.{fn}: shots={shots} needs a PRNG key: pass key=jax.random.key(0).")
     check_key(key, f"qfx.{fn}")
-    return static_count(shots, 1)
+    return count
 
 
 # --- public entry points ------------------------------------------------------------------------
@@ -248,7 +244,7 @@ def state(
     """
     circuit = _check_circuit(circuit, "state")
     _check_diff(diff, "state")
-    _check_mcm(mcm, "state")
+    check_mcm(mcm, "state")
     if has_control(circuit.ops):
         psi0 = initial_state_of(circuit, initial_state)
         return run_control(
@@ -275,7 +271,7 @@ def probs(
     """
     circuit = _check_circuit(circuit, "probs")
     _check_diff(diff, "probs")
-    _check_mcm(mcm, "probs")
+    check_mcm(mcm, "probs")
     wires = _check_measured_wires(circuit, wires, "probs")
     if backend is not None:  # the light cone of `wires` as a tensor network; no state vector
         return backend_probs(backend, circuit, wires, diff, initial_state=initial_state)
@@ -325,7 +321,7 @@ def expval(
     """
     circuit = _check_circuit(circuit, "expval")
     _check_diff(diff, "expval")
-    _check_mcm(mcm, "expval")
+    check_mcm(mcm, "expval")
     lcs, single = _observables(circuit, observable, "expval")
     if backend is not None:
         out = backend_expval(backend, circuit, lcs, diff, initial_state=initial_state, shots=shots)
@@ -367,7 +363,7 @@ def var(
     """
     circuit = _check_circuit(circuit, "var")
     _check_diff(diff, "var")
-    _check_mcm(mcm, "var")
+    check_mcm(mcm, "var")
     lcs, single = _observables(circuit, observable, "var")
     lcs = tuple(_without_identity(o) for o in lcs)
     n = circuit.num_wires
@@ -414,7 +410,7 @@ def density_matrix(
     """
     circuit = _check_circuit(circuit, "density_matrix")
     _check_diff(diff, "density_matrix")
-    _check_mcm(mcm, "density_matrix")
+    check_mcm(mcm, "density_matrix")
     wires = _check_measured_wires(circuit, wires, "density_matrix")
     n = circuit.num_wires
     measure = Expectation(lambda psi, _: K.reduced_density_matrix(psi, wires, n))
@@ -446,7 +442,7 @@ def sample(
     """
     circuit = _check_circuit(circuit, "sample")
     shots = _check_shots(shots, key, "sample")
-    _check_mcm(mcm, "sample")
+    check_mcm(mcm, "sample")
     wires = _check_measured_wires(circuit, wires, "sample")
     n = circuit.num_wires
     if has_control(circuit.ops):
