@@ -273,6 +273,14 @@ def check_tensor(t: Any, name: str) -> None:
     """Raises a clear error when `t` cannot cross the bridge. `name` names the argument in the message."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} is a {type(t).__name__}, but the bridge takes torch.Tensors (got {t!r}).")
+    if type(t).__torch_dispatch__ is not torch.Tensor.__torch_dispatch__:
+        # A wrapper subclass (MaskedTensor, a FakeTensor of torch.compile's or torch.export's tracing):
+        # no buffer of its own, so DLPack would export a pointer to nothing (garbage, or a segfault).
+        raise TypeError(
+            f"{name} is a {type(t).__name__}, a tensor subclass with its own __torch_dispatch__ and no plain "
+            "buffer to hand to JAX. Pass a plain tensor; the bridge cannot run inside torch.export or "
+            "AOT tracing (torch.compile works: the call is a graph break)."
+        )
     if t.layout is not torch.strided:
         raise TypeError(f"{name} has layout {t.layout}; the bridge takes dense tensors (call .to_dense()).")
     if t.dtype not in _DIFFERENTIABLE:
@@ -298,14 +306,24 @@ def check_tensor(t: Any, name: str) -> None:
 
 def _export_error(e: RuntimeError) -> Exception:
     """A clear error for tensors that have no buffer to export, else `e` itself."""
-    if "storage" not in str(e):
+    if "storage" not in str(e) and "Batching rule not implemented" not in str(e):
         return e
     return TypeError(
         "qfx.torch: a tensor crossing to JAX has no storage of its own. This happens under torch's "
         "legacy vmap (torch.autograd.grad(..., is_grads_batched=True), torch.autograd.functional.jacobian("
-        "..., vectorize=True)), which the bridge does not support: use torch.func.vmap, jacrev or jacfwd, "
-        "which run one batched JAX call."
+        "..., vectorize=True), forward-mode gradcheck of batched grads), which the bridge does not support: "
+        "use torch.func.vmap, jacrev or jacfwd, which run one batched JAX call."
     )
+
+
+def check_x64(tensors, where: str) -> None:
+    """Raises when a 64-bit tensor would cross with x64 mode off, which JAX would compute in 32 bits
+    without a word: for a backward or JVP whose forward ran before x64 mode was turned off."""
+    if not jax.config.read("jax_enable_x64") and any(t.dtype in _NEEDS_X64 for t in tensors):
+        raise TypeError(
+            f"qfx.torch: {where} has 64-bit tensors, but JAX's x64 mode is off (it was on at the forward). "
+            "Keep jax_enable_x64 on for as long as torch differentiates the call."
+        )
 
 
 # --- JAX functions as autograd.Functions -----------------------------------------------------------
@@ -688,6 +706,7 @@ def _make_function(bridge: Bridge) -> type[torch.autograd.Function]:
                 return (None,) * len(needs)
             saved = ctx.saved_tensors  # raises if an input was written in place since the forward
             primals = saved[: ctx.n_inputs]
+            check_x64(primals, "the backward")
             # Missing if saved-tensor hooks (e.g. torch.autograd.graph.save_on_cpu) replaced the holder.
             kept = getattr(saved[-1], "qfx_kept", None) if len(saved) > ctx.n_inputs else None
             cts = [g for g, d in zip(grads, ctx.out_diff, strict=True) if d]
@@ -707,6 +726,7 @@ def _make_function(bridge: Bridge) -> type[torch.autograd.Function]:
             if not any(has):
                 return tuple(None for _ in ctx.out_diff)
             given = [t for t in tangents if t is not None]
+            check_x64(primals, "the forward-mode derivative")
             out = iter(bridge.jvp(has).apply(*primals, *given))
             return tuple(next(out) if d else None for d in ctx.out_diff)
 

@@ -208,7 +208,8 @@ _OK_X64 = _OK_32 | {torch.float64, torch.complex128}
 def _fast_ok(t) -> bool:
     """A quick sufficient check that `t` can cross the bridge (`check_tensor` is the full one)."""
     ok = _OK_X64 if jax.config.read("jax_enable_x64") else _OK_32
-    return isinstance(t, torch.Tensor) and t.is_cpu and t.dtype in ok and t.layout is torch.strided
+    plain = type(t) is torch.Tensor or type(t) is torch.nn.Parameter  # not a subclass with its own dispatch
+    return plain and t.is_cpu and t.dtype in ok and t.layout is torch.strided
 
 
 def to_torch(fn: Callable, *, jit: bool = True) -> Callable:

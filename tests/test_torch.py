@@ -19,6 +19,7 @@ from .helpers import tree_allclose
 
 torch = pytest.importorskip("torch")
 import torch.autograd.forward_ad as fwad  # noqa: E402 - needs torch, so after the importorskip
+from torch.testing._internal.two_tensor import TwoTensor  # noqa: E402 - a wrapper subclass
 
 from qfx._torch_bridge import _PACK_MAX_BYTES, Bridge, _cpu_argument, _cuda_paths, _fast_paths  # noqa: E402
 import qfx.torch as qt  # noqa: E402
@@ -533,6 +534,8 @@ def test_tracing_torch_compile_and_legacy_vmap():
     y = f(x)
     with pytest.raises(TypeError, match=r"legacy vmap.*torch.func"):
         torch.autograd.grad(y, x, torch.eye(3), is_grads_batched=True)
+    with pytest.raises(TypeError, match=r"legacy vmap.*torch.func"):  # its forward mode
+        torch.autograd.functional.jacobian(f, x.detach(), vectorize=True, strategy="forward-mode")
 
 
 # TorchDynamo reads .grad of the transforms' intermediate tensors as it resumes after the graph break.
@@ -662,6 +665,44 @@ def test_float64_needs_x64():
         pytest.skip("x64 mode is on for the whole session")
     with pytest.raises(TypeError, match=r"argument \[0\] has dtype torch.float64.*jax_enable_x64"):
         F_CIRCUIT(torch.zeros(3, dtype=torch.float64), torch.zeros(2))
+
+
+def test_x64_turned_off_before_the_backward():
+    """A float64 forward whose backward runs after x64 mode was turned off: JAX would compute the VJP in
+    float32 without a word (2.9e-8 errors in float64 gradients, or an internal error); it says so."""
+    f = qt.to_torch(jnp.sin)
+    previous = jax.config.read("jax_enable_x64")
+    jax.config.update("jax_enable_x64", True)
+    try:
+        x = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+        y = f(x)
+        jax.config.update("jax_enable_x64", False)
+        for create_graph in (True, False):  # the VJP bridge, and the residuals the forward kept
+            with pytest.raises(TypeError, match=r"backward has 64-bit tensors.*x64 mode is off"):
+                torch.autograd.grad(y.sum(), x, create_graph=create_graph, retain_graph=True)
+    finally:
+        jax.config.update("jax_enable_x64", previous)
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of MaskedTensors is in prototype stage:UserWarning")
+def test_wrapper_subclasses_are_refused():
+    """Tensor subclasses with their own __torch_dispatch__ have no buffer for DLPack to export: a
+    TwoTensor of more than 64 KiB crashed the interpreter, a MaskedTensor came out as garbage."""
+    a = torch.arange(30000.0)
+    double = qt.to_torch(lambda x: x * 2)
+    for t in (TwoTensor(a, a.clone()), TwoTensor(a[:4], a[:4].clone()), torch.masked.masked_tensor(a, a > 5)):
+        name = type(t).__name__
+        with pytest.raises(TypeError, match=rf"argument \[0\] is a {name}, a tensor subclass"):
+            double(t)
+        with pytest.raises(TypeError, match=rf"to_jax: the tensor is a {name}, a tensor subclass"):
+            qt.to_jax(t)
+    # Subclasses without __torch_dispatch__ have a buffer and cross as before.
+    torch.testing.assert_close(double(torch.nn.Parameter(a)), 2 * a)
+    torch.testing.assert_close(double(a.as_subclass(_Tagged)), 2 * a)
+
+
+class _Tagged(torch.Tensor):
+    """A `__torch_function__`-only subclass."""
 
 
 # --- TorchLayer -------------------------------------------------------------------------------------
