@@ -600,13 +600,9 @@ def _differentiate(diff: AbstractDiffMethod, fn, circuit: Circuit, args, *, line
     if isinstance(diff, ParameterShift):
         rules, owners = _gate_rules(params)
         arg_rules = [None] * num_args  # coefficients: differentiated through the contraction
-    else:
-        h = diff.step
-        if h is None:
-            h = float(jnp.finfo(real_dtype()).eps) ** (1 / 3)
-        central = ((0.5 / h, h), (-0.5 / h, -h))
-        rules, owners = [central] * len(jax.tree.leaves(params)), None
-        arg_rules = [central] * num_args
+    else:  # the network is contracted in the default complex dtype
+        rules, owners = [diff.rule(x, complex_dtype()) for x in jax.tree.leaves(params)], None
+        arg_rules = [diff.rule(x, complex_dtype()) for x in jax.tree.leaves(args_diff)]
 
     def jvp(primals, tangents):
         params, args_diff = primals

@@ -612,12 +612,15 @@ def test_errors():
 def test_finite_diff_steps_a_float32_leaf_as_float32(x64):
     # A float32 angle edited into a complex128 circuit: stepped by float64's 6e-6 it rounded to float32's
     # grid (-0.2656 for -sin(0.3) cos(0.5) = -0.2593); float32's default step gives float32's accuracy.
+    # The tensor-network backend too (it gave -0.2500, -0.0469 for -0.0359 in a helper's circuit).
     circ = qfx.Circuit([qfx.RX(0.3, wires=0), qfx.RY(0.5, wires=0)])
     circ = eqx.tree_at(lambda c: c.ops[0].theta, circ, jnp.float32(0.3))
-    grad = jax.grad(lambda c: qfx.expval(c, qfx.Z(0), diff=qfx.diff.FiniteDiff()))(circ)
-    assert grad.ops[0].theta.dtype == jnp.float32
-    np.testing.assert_allclose(grad.ops[0].theta, -np.sin(0.3) * np.cos(0.5), atol=1e-4)
-    np.testing.assert_allclose(grad.ops[1].theta, -np.cos(0.3) * np.sin(0.5), atol=1e-8)
+    fd = qfx.diff.FiniteDiff()
+    for backend in (None, qfx.TensorNetwork()):
+        grad = jax.grad(lambda c, backend=backend: qfx.expval(c, qfx.Z(0), diff=fd, backend=backend))(circ)
+        assert grad.ops[0].theta.dtype == jnp.float32
+        np.testing.assert_allclose(grad.ops[0].theta, -np.sin(0.3) * np.cos(0.5), atol=1e-4, err_msg=backend)
+        np.testing.assert_allclose(grad.ops[1].theta, -np.cos(0.3) * np.sin(0.5), atol=1e-8, err_msg=backend)
 
 
 def test_finite_diff_of_the_initial_state():

@@ -4,6 +4,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .._custom_types import is_key
 from .._kernels import run
 from ._base import AbstractDiffMethod, check_batch_size, check_gates_only
 from ._shifts import chunk_size, shifted_jvp
@@ -48,6 +49,16 @@ class FiniteDiff(AbstractDiffMethod):
             raise ValueError(f"qfx.diff.FiniteDiff: step must be a positive float, got {self.step!r}.")
         check_batch_size("FiniteDiff", self.batch_size)
 
+    def rule(self, leaf, state_dtype) -> tuple:
+        """The central difference of one leaf as shift-rule terms `((weight, shift), ...)`. The default step
+        follows the coarser of the leaf's and the simulation's dtype: a float32 leaf in a complex128
+        simulation (an `eqx.tree_at` edit) is shifted in float32, so by float32's step."""
+        h = self.step
+        if h is None:  # finfo of a complex dtype: its real parts'
+            eps = max(float(jnp.finfo(jnp.result_type(leaf)).eps), float(jnp.finfo(state_dtype).eps))
+            h = eps ** (1 / 3)
+        return ((0.5 / h, h), (-0.5 / h, -h))
+
     def __call__(self, measure, circuit, initial_state, args):
         check_gates_only(circuit.ops, "FiniteDiff")
         n = circuit.num_wires
@@ -55,13 +66,7 @@ class FiniteDiff(AbstractDiffMethod):
         args_diff, args_rest = eqx.partition(args, eqx.is_inexact_array)
         args_arrays, args_static = eqx.partition(args_rest, eqx.is_array)
         chunk = chunk_size(2**n * initial_state.dtype.itemsize, self.batch_size)
-        state_eps = float(jnp.finfo(initial_state.dtype).eps)  # finfo of a complex dtype: its real parts'
-
-        def central(leaf):
-            h = self.step
-            if h is None:  # a float32 leaf in a complex128 simulation (an eqx.tree_at edit) takes float32's
-                h = max(float(jnp.finfo(jnp.result_type(leaf)).eps), state_eps) ** (1 / 3)
-            return ((0.5 / h, h), (-0.5 / h, -h))
+        state_dtype = initial_state.dtype  # read here: the JVP rule must not close over a traced state
 
         def evaluate(params, psi0, args_diff, args_arrays):
             psi = run(eqx.combine(params, params_static).ops, psi0, n)
@@ -71,9 +76,10 @@ class FiniteDiff(AbstractDiffMethod):
 
         def jvp(primals, tangents):
             params, psi0, args_diff, args_arrays = primals
-            if jax.tree.leaves(args_arrays):
+            if any(is_key(x) for x in jax.tree.leaves(args_arrays)):  # not other arrays: amplitude's index
                 raise ValueError(_WITH_SHOTS)
-            rules = tuple([central(x) for x in jax.tree.leaves(p)] for p in (params, psi0, args_diff)) + ([],)
+            leaves = (jax.tree.leaves(p) for p in (params, psi0, args_diff))
+            rules = tuple([self.rule(x, state_dtype) for x in group] for group in leaves) + ([],)
             out = differenced(*primals)
             t_out = shifted_jvp(differenced, primals, tangents, rules, lambda p, b: p, chunk)
             return out, jnp.zeros_like(out) if t_out is None else t_out
