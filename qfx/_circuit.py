@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._custom_types import is_concrete, static_count
+from ._custom_types import as_leaf, is_concrete, static_count
 from ._gates import AbstractGate, AbstractOperation, Adjoint
 
 
@@ -209,6 +209,24 @@ def check_parameter_shapes(ops, fn: str, layers: tuple[int, ...] = ()) -> None:
                         f"expected {(*layers, *want)}. A batch of circuits (from eqx.filter_vmap) runs by "
                         f"mapping the call: eqx.filter_vmap(lambda c: qfx.{fn}(c, ...))(circuits)."
                     )
+
+
+def check_circuit(circuit, fn: str) -> Circuit:
+    """Checks `circuit` and returns it with any Python float or complex leaves as arrays (an `eqx.tree_at`
+    edit such as `eqx.tree_at(lambda c: c.ops[0].theta, circ, 0.5)` skips the gate's own conversion)."""
+    if not isinstance(circuit, Circuit):
+        raise TypeError(
+            f"qfx.{fn}: expected a qfx.Circuit as the first argument, got {type(circuit).__name__}."
+        )
+    used = max((w for op in circuit.ops for w in op.wires), default=-1)
+    if used >= circuit.num_wires:  # `Circuit` checks this, but `eqx.tree_at` edits skip its __init__
+        raise ValueError(
+            f"qfx.{fn}: an operation acts on wire {used}, but the circuit has {circuit.num_wires} wires; "
+            "build a new qfx.Circuit (with num_wires=...) after replacing operations."
+        )
+    circuit = jax.tree.map(as_leaf, circuit)
+    check_parameter_shapes(circuit.ops, fn)
+    return circuit
 
 
 def repeat(

@@ -24,7 +24,7 @@ from jaxtyping import Array, ArrayLike, PRNGKeyArray
 import numpy as np
 
 from . import _kernels as K
-from ._circuit import Circuit, Repeat, check_parameter_shapes, relabel_ops
+from ._circuit import Circuit, Repeat, check_circuit, check_parameter_shapes, relabel_ops
 from ._control import (
     AbstractControlOperation,
     Cond,
@@ -612,8 +612,7 @@ def outcome_probs(
     qfx.outcome_probs(circ, m, mcm="exact")  # [cos(0.25)**2, sin(0.25)**2]
     ```
     """
-    if not isinstance(circuit, Circuit):
-        raise TypeError(f"qfx.outcome_probs: expected a qfx.Circuit, got {type(circuit).__name__}.")
+    circuit = check_circuit(circuit, "outcome_probs")
     ms = (measurements,) if isinstance(measurements, MidMeasure) else tuple(measurements)
     if not ms or not all(isinstance(m, MidMeasure) for m in ms):
         raise TypeError(f"qfx.outcome_probs: expected qfx.measure(...) operations, got {measurements!r}.")

@@ -16,7 +16,7 @@ from jaxtyping import Array, ArrayLike, PRNGKeyArray
 import numpy as np
 
 from . import _kernels as K
-from ._circuit import Circuit, check_parameter_shapes
+from ._circuit import Circuit, check_circuit
 from ._control_run import (
     check_mcm,
     control_sample,
@@ -30,7 +30,6 @@ from ._control_run import (
 )
 from ._custom_types import (
     EXACT,
-    as_leaf,
     check_key,
     real_dtype,
     static_count,
@@ -48,24 +47,6 @@ from ._tensornet import TensorNetwork, backend_expval, backend_probs
 from .diff import AbstractDiffMethod, Backprop, Expectation
 
 _BACKPROP = Backprop()
-
-
-def _check_circuit(circuit, fn: str) -> Circuit:
-    """Checks `circuit` and returns it with any Python float or complex leaves as arrays (an `eqx.tree_at`
-    edit such as `eqx.tree_at(lambda c: c.ops[0].theta, circ, 0.5)` skips the gate's own conversion)."""
-    if not isinstance(circuit, Circuit):
-        raise TypeError(
-            f"qfx.{fn}: expected a qfx.Circuit as the first argument, got {type(circuit).__name__}."
-        )
-    used = max((w for op in circuit.ops for w in op.wires), default=-1)
-    if used >= circuit.num_wires:  # `Circuit` checks this, but `eqx.tree_at` edits skip its __init__
-        raise ValueError(
-            f"qfx.{fn}: an operation acts on wire {used}, but the circuit has {circuit.num_wires} wires; "
-            "build a new qfx.Circuit (with num_wires=...) after replacing operations."
-        )
-    circuit = jax.tree.map(as_leaf, circuit)
-    check_parameter_shapes(circuit.ops, fn)
-    return circuit
 
 
 def _check_diff(diff, fn: str) -> None:
@@ -242,7 +223,7 @@ def state(
     With mid-circuit measurements, `mcm="sampled"` and `key` give one trajectory's post-measurement
     (normalised) state; `mcm="exact"` has no state vector (use `qfx.density_matrix`).
     """
-    circuit = _check_circuit(circuit, "state")
+    circuit = check_circuit(circuit, "state")
     _check_diff(diff, "state")
     check_mcm(mcm, "state")
     if has_control(circuit.ops):
@@ -269,7 +250,7 @@ def probs(
 
     **Returns:** an array of shape `(2**len(wires),)`; the first wire is the most significant bit.
     """
-    circuit = _check_circuit(circuit, "probs")
+    circuit = check_circuit(circuit, "probs")
     _check_diff(diff, "probs")
     check_mcm(mcm, "probs")
     wires = _check_measured_wires(circuit, wires, "probs")
@@ -319,7 +300,7 @@ def expval(
     jax.grad(qfx.expval)(circ, qfx.Z(0)).ops[0].theta  # -sin(0.3)
     ```
     """
-    circuit = _check_circuit(circuit, "expval")
+    circuit = check_circuit(circuit, "expval")
     _check_diff(diff, "expval")
     check_mcm(mcm, "expval")
     lcs, single = _observables(circuit, observable, "expval")
@@ -361,7 +342,7 @@ def var(
 
     `mcm` and `key` are for circuits with mid-circuit measurements: see `qfx.measure`.
     """
-    circuit = _check_circuit(circuit, "var")
+    circuit = check_circuit(circuit, "var")
     _check_diff(diff, "var")
     check_mcm(mcm, "var")
     lcs, single = _observables(circuit, observable, "var")
@@ -408,7 +389,7 @@ def density_matrix(
 
     `mcm` and `key` are for circuits with mid-circuit measurements: see `qfx.measure`.
     """
-    circuit = _check_circuit(circuit, "density_matrix")
+    circuit = check_circuit(circuit, "density_matrix")
     _check_diff(diff, "density_matrix")
     check_mcm(mcm, "density_matrix")
     wires = _check_measured_wires(circuit, wires, "density_matrix")
@@ -440,7 +421,7 @@ def sample(
 
     **Returns:** an int32 array of bits, shape `(shots, len(wires))`.
     """
-    circuit = _check_circuit(circuit, "sample")
+    circuit = check_circuit(circuit, "sample")
     shots = _check_shots(shots, key, "sample")
     check_mcm(mcm, "sample")
     wires = _check_measured_wires(circuit, wires, "sample")

@@ -34,7 +34,7 @@ import numpy as np
 import opt_einsum
 
 from . import _cutensornet, _kernels
-from ._circuit import Circuit, Repeat, check_parameter_shapes
+from ._circuit import Circuit, Repeat, check_circuit
 from ._control_run import has_control, run_control
 from ._custom_types import EXACT, as_numeric, complex_dtype, is_concrete, real_dtype
 from ._gates import AbstractGate
@@ -478,30 +478,38 @@ class TensorNetwork(eqx.Module):
             self._check_size(net)
             groups.setdefault(net.shape_key, []).append(k)
         out: list = [None] * len(nets)
-        for members in groups.values():
-            net = nets[members[0]]
-            if len(members) == 1:
-                operands = [ops.one(e, terms[members[0]]) for e in net.recipe]
-                out[members[0]] = self._contract(net.inputs, net.output, net.path, operands)
-                continue
-            # One network with a batch mode on the operands that differ between the members (an index
-            # shared by several tensors and the output). The same path applies.
-            batch = 1 + max(m for t in net.inputs for m in t)
-            operands, inputs, batched = [], [], False
-            for j, modes in enumerate(net.inputs):
-                x, axis = ops.many([nets[k].recipe[j] for k in members], [terms[k] for k in members])
-                operands.append(x)
-                inputs.append(modes if axis is None else (batch,) + modes)
-                batched |= axis is not None
-            if not batched:  # the members are one network (e.g. X(0) + X(1) after fixed gates): contract once
-                value = self._contract(net.inputs, net.output, net.path, operands)
-                for k in members:
-                    out[k] = value
-                continue
-            values = self._contract(tuple(inputs), (batch,) + net.output, net.path, operands)
-            for i, k in enumerate(members):
-                out[k] = values[i]
+        limit = _kernels._memory_limit_bytes() // complex_dtype().itemsize  # entries
+        for group in groups.values():
+            # Stacking multiplies the intermediates by the number of members: as many as fit at once.
+            fit = max(1, limit // nets[group[0]].largest)
+            for start in range(0, len(group), fit):
+                self._evaluate_stacked(nets, group[start : start + fit], ops, terms, out)
         return out
+
+    def _evaluate_stacked(self, nets: list[_Network], members: list[int], ops: _Operands, terms, out) -> None:
+        """Contracts the networks `members` (of one shape) as one network, into `out[k]` for k in members."""
+        net = nets[members[0]]
+        if len(members) == 1:
+            operands = [ops.one(e, terms[members[0]]) for e in net.recipe]
+            out[members[0]] = self._contract(net.inputs, net.output, net.path, operands)
+            return
+        # One network with a batch mode on the operands that differ between the members (an index shared
+        # by several tensors and the output). The same path applies.
+        batch = 1 + max(m for t in net.inputs for m in t)
+        operands, inputs, batched = [], [], False
+        for j, modes in enumerate(net.inputs):
+            x, axis = ops.many([nets[k].recipe[j] for k in members], [terms[k] for k in members])
+            operands.append(x)
+            inputs.append(modes if axis is None else (batch,) + modes)
+            batched |= axis is not None
+        if not batched:  # the members are one network (e.g. X(0) + X(1) after fixed gates): contract once
+            value = self._contract(net.inputs, net.output, net.path, operands)
+            for k in members:
+                out[k] = value
+            return
+        values = self._contract(tuple(inputs), (batch,) + net.output, net.path, operands)
+        for i, k in enumerate(members):
+            out[k] = values[i]
 
     # --- tasks ------------------------------------------------------------------------------------
 
@@ -711,15 +719,11 @@ def amplitude(
     qfx.amplitude(circ, "11", backend=qfx.TensorNetwork())
     ```
     """
-    if not isinstance(circuit, Circuit):
-        raise TypeError(
-            f"qfx.amplitude: expected a qfx.Circuit as the first argument, got {type(circuit).__name__}."
-        )
+    circuit = check_circuit(circuit, "amplitude")
     if not isinstance(diff, AbstractDiffMethod):
         raise TypeError(
             f"qfx.amplitude: diff must be a qfx.diff method such as qfx.diff.Backprop(), got {diff!r}."
         )
-    check_parameter_shapes(circuit.ops, "amplitude")
     bits = _bitstring(circuit, bitstring)
     if backend is None:
         n = circuit.num_wires

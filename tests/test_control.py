@@ -1038,6 +1038,9 @@ def test_entry_point_errors():
         outcome_probs([m], m, mcm="exact")
     with pytest.raises(TypeError, match=r"outcome_probs: expected qfx.measure\(...\) operations"):
         outcome_probs(circ, [], mcm="exact")
+    moved = eqx.tree_at(lambda c: c.ops[0], circ, qfx.RX(0.3, wires=circ.num_wires))  # skips Circuit's check
+    with pytest.raises(ValueError, match="outcome_probs: an operation acts on wire"):
+        outcome_probs(moved, m, mcm="exact")
     with pytest.raises(ValueError, match="is not in the circuit"):
         outcome_probs(circ, qfx.measure(0), mcm="exact")
     with pytest.raises(ValueError, match="initial_state: expected shape"):

@@ -467,6 +467,13 @@ def test_errors():
         qfx.amplitude(circ, [0.0, 1.0])
     with pytest.raises(TypeError, match="qfx.amplitude: expected a qfx.Circuit"):
         qfx.amplitude([qfx.H(0)], "0")
+    # An eqx.tree_at edit onto a wire the circuit lacks (a KeyError and a JAX shape error before).
+    moved = eqx.tree_at(lambda c: c.ops[0], circ, qfx.RX(0.3, wires=3))
+    for backend in (None, TN):
+        with pytest.raises(
+            ValueError, match="qfx.amplitude: an operation acts on wire 3, but the circuit has 2"
+        ):
+            qfx.amplitude(moved, "00", backend=backend)
     with pytest.raises(TypeError, match="qfx.amplitude: diff must be"):
         qfx.amplitude(circ, "00", diff="backprop")
     with pytest.raises(TypeError, match="qfx.amplitude: backend must be None"):
@@ -528,6 +535,35 @@ def test_networks_too_large_for_the_device_raise(monkeypatch):
         ValueError, match="largest intermediate tensor has 64 entries .* The light cone is too wide"
     ):
         qfx.expval(circ, qfx.PauliWord({i: "X" for i in range(n)}), backend=TN)
+
+
+def test_stacked_networks_are_split_to_fit_the_device(monkeypatch):
+    """Congruent terms are contracted stacked, which multiplies the intermediates by their number: the
+    stack is split so that each contraction fits (the check looked at one term's network only)."""
+    n = 12
+    ry = [qfx.RY(0.1 * i + 0.2, wires=i) for i in range(n)]
+    circ = qfx.Circuit(ry + [qfx.CNOT((i, i + 1)) for i in range(0, n - 1, 2)] + ry[::-1])
+    obs = sum((qfx.X(i) @ qfx.X(i + 1) for i in range(1, n - 2)), start=0.3 * qfx.Z(0))
+    expected = qfx.expval(circ, obs)
+    terms = [t.word for t in obs.terms]
+    largest = max(
+        _tensornet._expval_network(_tensornet._skeleton(circ.ops), ("pauli", w), "auto").largest
+        for w in terms
+    )
+    sizes = []
+    contract = qfx.TensorNetwork._contract
+
+    def spy(self, inputs, output, path, operands):
+        sym = opt_einsum.get_symbol
+        eq = ",".join("".join(sym(m) for m in t) for t in inputs) + "->" + "".join(map(sym, output))
+        _, info = opt_einsum.contract_path(eq, *[x.shape for x in operands], shapes=True, optimize=list(path))
+        sizes.append(int(info.largest_intermediate))
+        return contract(self, inputs, output, path, operands)
+
+    monkeypatch.setattr(qfx.TensorNetwork, "_contract", spy)
+    monkeypatch.setattr(_kernels, "_memory_limit_bytes", lambda: 2 * largest * 8)  # two terms' worth
+    np.testing.assert_allclose(qfx.expval(circ, obs, backend=TN), expected, atol=1e-5)
+    assert max(sizes) <= 2 * largest and len(sizes) > 2, sizes
 
 
 def test_cutensornet_without_a_gpu_names_the_extra():
