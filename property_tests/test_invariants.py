@@ -1,4 +1,6 @@
-"""Invariants that hold for every circuit: unitarity, inverses, batching, and sampling statistics."""
+"""Invariants that hold for every circuit: unitarity, inverses, batching, sampling statistics, and
+agreement with the dense reference simulator (states, probabilities, expectation values, gradients by
+every qfx.diff method, the tensor-network backend, scanned layers)."""
 
 from hypothesis import given, settings, strategies as st
 import jax
@@ -7,8 +9,9 @@ import numpy as np
 
 import qfx
 from tests import reference as ref
+from tests.helpers import central_difference
 
-from .strategies import angles, circuits, circuits_and_states, gates
+from .strategies import angle_circuits, angles, circuits, circuits_and_states, gates, pauli_sums
 
 
 @given(gates(num_wires=3))
@@ -90,3 +93,60 @@ def test_sample_frequencies_converge_to_probs(circ, seed):
     p = ref.probs(circ)
     # Five binomial standard errors, with a floor for outcomes of probability ~0.
     np.testing.assert_array_less(np.abs(freq - p), 5 * np.sqrt(p * (1 - p) / shots) + 2e-3)
+
+
+# Circuits of up to 6 wires: on up to 4 the fusion pass absorbs one-qubit gates into two-qubit blocks, up to 8
+# it pairs one-qubit gates on different wires; every structure it meets must leave the numbers unchanged.
+@given(circuits(max_wires=6, max_depth=10), st.data())
+def test_simulation_matches_the_dense_reference(circ, data):
+    n = circ.num_wires
+    obs = data.draw(pauli_sums(n))
+    wires = data.draw(st.permutations(range(n)))[: data.draw(st.integers(1, n))]
+    np.testing.assert_allclose(qfx.state(circ), ref.final_state(circ), atol=2e-5)
+    np.testing.assert_allclose(qfx.probs(circ, wires), ref.probs(circ, wires), atol=2e-5)
+    np.testing.assert_allclose(qfx.expval(circ, obs), ref.expval(circ, obs), atol=5e-5)
+    np.testing.assert_allclose(qfx.var(circ, obs), ref.var(circ, obs), atol=1e-4)
+
+
+_METHODS = {
+    "backprop": qfx.diff.Backprop(),
+    "adjoint": qfx.diff.Adjoint(),
+    "parameter_shift": qfx.diff.ParameterShift(),
+}
+
+
+@_FEWER
+@given(angle_circuits(min_wires=2, max_depth=6).filter(_with_parameters), st.data())
+def test_gradient_methods_agree_with_the_reference(circ, data):
+    """Backprop, adjoint and parameter-shift gradients (complex64) against central differences of the
+    float64 reference."""
+    obs = data.draw(pauli_sums(circ.num_wires))
+    expected = central_difference(lambda c: ref.expval(c, obs), circ)
+    for name, diff in _METHODS.items():
+        grad = jax.jit(jax.grad(lambda c, diff=diff: qfx.expval(c, obs, diff=diff)))(circ)
+        for g, e in zip(jax.tree.leaves(grad), jax.tree.leaves(expected), strict=True):
+            np.testing.assert_allclose(np.asarray(g), e, atol=2e-4, err_msg=name)
+
+
+@_FEWER
+@given(circuits(min_wires=2, max_wires=5, max_depth=8), st.data())
+def test_tensor_network_matches_the_reference(circ, data):
+    """Light cones and contraction paths change only the order of the sums."""
+    n = circ.num_wires
+    obs = data.draw(pauli_sums(n))
+    wires = data.draw(st.permutations(range(n)))[: data.draw(st.integers(1, min(n, 3)))]
+    tn = qfx.TensorNetwork()
+    np.testing.assert_allclose(qfx.expval(circ, obs, backend=tn), ref.expval(circ, obs), atol=5e-5)
+    np.testing.assert_allclose(qfx.probs(circ, wires, backend=tn), ref.probs(circ, wires), atol=2e-5)
+
+
+@_FEWER
+@given(circuits(min_wires=2, max_depth=4).filter(_with_parameters), st.lists(angles, min_size=2, max_size=2))
+def test_scanned_layers_equal_the_unrolled_circuit(circ, offsets):
+    """A Repeat of a layer with three parameter sets equals the three layers one after another."""
+    batch = _perturbed_batch(circ, jnp.asarray([0.0, *offsets], jnp.float32))
+    layers = [jax.tree.map(lambda x, i=i: x[i], batch) for i in range(3)]
+    unrolled = qfx.Circuit([op for layer in layers for op in layer.ops], circ.num_wires)
+    scanned = qfx.Circuit([qfx.H(0), qfx.Repeat(batch)], circ.num_wires)
+    expected = ref.final_state(unrolled, ref.final_state(qfx.Circuit([qfx.H(0)], circ.num_wires)))
+    np.testing.assert_allclose(qfx.state(scanned), expected, atol=2e-5)
