@@ -467,6 +467,18 @@ def test_errors():
         qfx.amplitude(circ, [0.0, 1.0])
     with pytest.raises(TypeError, match="qfx.amplitude: expected a qfx.Circuit"):
         qfx.amplitude([qfx.H(0)], "0")
+    # Exhaustive path searches on networks they would never finish (23 tensors here): an error, not a hang.
+    # On a one-gate network they run.
+    deep = qfx.Circuit(
+        [qfx.RY(0.1, 0), qfx.CNOT((0, 1)), qfx.RX(0.2, 1), qfx.CZ((0, 1)), qfx.CNOT((1, 2))] * 2
+    )
+    for name in ("optimal", "branch-all", "branch-2"):
+        with pytest.raises(ValueError, match=f"optimize='{name}' searches contraction orders exhaustively"):
+            qfx.expval(deep, qfx.Z(0), backend=qfx.TensorNetwork(optimize=name))
+        one = qfx.Circuit([qfx.RY(0.1, 0)])
+        np.testing.assert_allclose(
+            qfx.expval(one, qfx.Z(0), backend=qfx.TensorNetwork(optimize=name)), np.cos(0.1)
+        )
     # An eqx.tree_at edit onto a wire the circuit lacks (a KeyError and a JAX shape error before).
     moved = eqx.tree_at(lambda c: c.ops[0], circ, qfx.RX(0.3, wires=3))
     for backend in (None, TN):
