@@ -178,7 +178,15 @@ class Repeat(AbstractOperation):
 
     def adjoint(self) -> "Repeat":
         # Invert each layer under vmap, so that a nested Repeat sees its own layer axis (not this
-        # block's), then run the layers in reverse order.
+        # block's), then run the layers in reverse order. A batch of circuits (eqx.filter_vmap) has a
+        # batch axis before the layers, which the reversal would take for the layers: refused.
+        try:
+            check_parameter_shapes([self], "Circuit.inverse")
+        except ValueError as e:
+            shapes = str(e).split(" A batch")[0]
+            raise ValueError(
+                f"{shapes} To invert a batch of circuits, map it: eqx.filter_vmap(lambda c: c.inverse())(c)."
+            ) from None
         if jax.tree.leaves(self.body):
             inverted = eqx.filter_vmap(lambda body: body.inverse())(self.body)
         else:

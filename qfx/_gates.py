@@ -715,7 +715,7 @@ class PauliRot(AbstractGate):
                 f"PauliRot: pauli_word {pauli_word!r} has {len(pauli_word)} letters but "
                 f"wires={self._wires} has {len(self._wires)}; give one letter per wire."
             )
-        self.pauli_word = pauli_word
+        self.pauli_word = str(pauli_word)  # not a np.str_, which Equinox takes for an array in a static field
         self.theta = _angle("PauliRot", "theta", theta)
 
     @property
@@ -808,7 +808,7 @@ class MultiControlledX(AbstractGate):
 def _check_control_values(name, values, num_controls) -> tuple[int, ...]:
     if values is None:
         return (1,) * num_controls
-    values = (values,) if isinstance(values, (int, bool)) else tuple(values)
+    values = (values,) if isinstance(values, (int, bool, np.integer, np.bool_)) else tuple(values)
     if len(values) != num_controls or any(v not in (0, 1) for v in values):
         raise ValueError(f"{name}: control_values must be {num_controls} values in {{0, 1}}, got {values!r}.")
     return tuple(int(v) for v in values)

@@ -181,3 +181,28 @@ def test_optax_adam_lowers_the_energy():
     final = ref.expval(circ, H)
     assert final < energies[0] - 0.5
     assert final >= ground - 1e-6  # the variational principle
+
+
+def test_inverse_of_a_batch_with_repeat_blocks_is_refused():
+    # The batch axis comes before the layers: reversing the leading axis inverted the batch order instead
+    # (wrong states, no error, when the batch had as many circuits as layers). Mapping the call works.
+    def make(s):
+        return qfx.Circuit([qfx.repeat(lambda t: [qfx.RX(t, 0), qfx.RY(2 * t, 0)], s * jnp.arange(1.0, 4.0))])
+
+    scales = jnp.array([0.1, 0.5, 0.9])
+    batch = eqx.filter_vmap(make)(scales)
+    with pytest.raises(ValueError, match=r"expected \(3,\)\. To invert a batch of circuits, map it"):
+        batch.inverse()
+    inverted = jax.vmap(qfx.state)(eqx.filter_vmap(lambda c: c.inverse())(batch))
+    for i, s in enumerate(scales):
+        np.testing.assert_allclose(inverted[i], ref.final_state(make(s).inverse()), atol=1e-5)
+
+
+def test_numpy_scalars_in_static_fields():
+    # np.int64 / np.bool_ control values were "not iterable"; a np.str_ Pauli word warned that a JAX array
+    # was set as static.
+    assert qfx.Controlled(qfx.RX(0.3, 0), 1, np.int64(0)).control_values == (0,)
+    assert qfx.MultiControlledX((0, 1), control_values=np.bool_(True)).control_values == (1,)
+    rot = qfx.PauliRot(0.1, np.str_("XZ"), (0, 1))
+    assert type(rot.pauli_word) is str
+    np.testing.assert_allclose(rot.matrix(), qfx.PauliRot(0.1, "XZ", (0, 1)).matrix())
