@@ -515,9 +515,8 @@ def run_control(circuit, psi0, args, *, pure, mixed, mcm, key, diff, fn: str):
 
 def mixed_probs(rho: Array, wires: tuple[int, ...]) -> Array:
     n = round(math.log2(rho.shape[0]))
-    p = jnp.real(jnp.diagonal(rho)).reshape((2,) * n)
-    p = jnp.sum(p, axis=tuple(a for a in range(n) if a not in wires))
-    ascending = sorted(wires)
+    ascending = tuple(sorted(wires))
+    p = K.sum_out(jnp.real(jnp.diagonal(rho)), ascending, n).reshape((2,) * len(wires))
     return p.transpose([ascending.index(w) for w in wires]).reshape(-1).astype(real_dtype())
 
 

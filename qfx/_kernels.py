@@ -622,14 +622,21 @@ def _windows(words: list[Word], n: int) -> dict[tuple[int, ...], list[int]]:
     return out
 
 
-def _marginal(c: Array, wires: tuple[int, ...], n: int) -> Array:
-    """`c` summed over every wire not in `wires` (sorted), flattened."""
-    if not wires:
-        return jnp.sum(c).reshape(1)
-    if wires == tuple(range(wires[0], wires[-1] + 1)):  # consecutive: one reshape, no n-dim view
-        return jnp.sum(c.reshape(2 ** wires[0], 2 ** len(wires), -1), axis=(0, 2))
-    t = c.reshape((2,) * n)
-    return jnp.sum(t, axis=tuple(a for a in range(n) if a not in wires)).reshape(-1)
+# Entries summed per stage when a marginal sums out many wires (see `sum_out`).
+_SUM_CHUNK = 1024
+
+
+def sum_out(c: Array, wires: tuple[int, ...], n: int) -> Array:
+    """The flat `c` (2**n entries) summed over every wire not in `wires` (sorted), flattened.
+
+    In two stages of at most `_SUM_CHUNK` entries: XLA's CPU reduction over many size-2 axes accumulates
+    in one running float32 sum, whose error grows with the count (probabilities off by 7e-3 and summing
+    to 1.0075 at 22 qubits); chunked, the error stays near float32's rounding (2e-8 against 2e-5 there)."""
+    k = len(wires)
+    t = jnp.moveaxis(c.reshape((2,) * n), wires, range(k)).reshape(2**k, -1)
+    if t.shape[1] > _SUM_CHUNK:
+        t = jnp.sum(t.reshape(2**k, -1, _SUM_CHUNK), axis=2)
+    return jnp.sum(t, axis=1)
 
 
 def _word_weights(word: Word, wires: tuple[int, ...]) -> np.ndarray:
@@ -658,7 +665,7 @@ def pauli_expvals(state: Array, words: tuple[Word, ...], n: int) -> Array:
         c = jnp.real(t * t.conj()) if not flips else t.conj() * jnp.flip(t, axis=flips)
         c = c.reshape(-1)
         for wires, local in _windows([words[i] for i in members], n).items():
-            m = _marginal(c, wires, n)
+            m = sum_out(c, wires, n)
             weights = np.stack([_word_weights(words[members[j]], wires) for j in local])
             if not np.iscomplexobj(c) and not np.any(weights.imag):
                 weights = weights.real
@@ -670,9 +677,8 @@ def pauli_expvals(state: Array, words: tuple[Word, ...], n: int) -> Array:
 
 def marginal_probs(state: Array, wires: tuple[int, ...], n: int) -> Array:
     """Probabilities of the basis states of `wires` (in that order), summed over the other wires."""
-    p = jnp.real(state * state.conj()).reshape((2,) * n)
-    p = jnp.sum(p, axis=tuple(a for a in range(n) if a not in wires))
-    ascending = sorted(wires)
+    ascending = tuple(sorted(wires))
+    p = sum_out(jnp.real(state * state.conj()), ascending, n).reshape((2,) * len(wires))
     p = p.transpose([ascending.index(w) for w in wires])
     return p.reshape(-1).astype(real_dtype())
 
