@@ -180,13 +180,7 @@ class Repeat(AbstractOperation):
         # Invert each layer under vmap, so that a nested Repeat sees its own layer axis (not this
         # block's), then run the layers in reverse order. A batch of circuits (eqx.filter_vmap) has a
         # batch axis before the layers, which the reversal would take for the layers: refused.
-        try:
-            check_parameter_shapes([self], "Circuit.inverse")
-        except ValueError as e:
-            shapes = str(e).split(" A batch")[0]
-            raise ValueError(
-                f"{shapes} To invert a batch of circuits, map it: eqx.filter_vmap(lambda c: c.inverse())(c)."
-            ) from None
+        check_parameter_shapes([self], "Circuit.inverse", advice="eqx.filter_vmap(lambda c: c.inverse())(c)")
         if jax.tree.leaves(self.body):
             inverted = eqx.filter_vmap(lambda body: body.inverse())(self.body)
         else:
@@ -197,16 +191,18 @@ class Repeat(AbstractOperation):
         return f"Repeat(length={self.length}, body={self.body!r})"
 
 
-def check_parameter_shapes(ops, fn: str, layers: tuple[int, ...] = ()) -> None:
+def check_parameter_shapes(ops, fn: str, layers: tuple[int, ...] = (), advice: str | None = None) -> None:
     """Raises unless every gate's parameters have the shapes of one circuit (with the leading layer axes of
     the `Repeat` blocks around it). Shapes only, so it holds under `jit` and inside `vmap`; it catches a
     batch of circuits (from `eqx.filter_vmap`) passed to a qfx function without mapping the call, which
-    would otherwise fail deep in the kernels or broadcast into a wrong result."""
+    would otherwise fail deep in the kernels or broadcast into a wrong result. `advice`: how to map the call
+    (by default `eqx.filter_vmap(lambda c: qfx.<fn>(c, ...))(circuits)`)."""
+    advice = advice or f"eqx.filter_vmap(lambda c: qfx.{fn}(c, ...))(circuits)"
     for op in ops:
         if isinstance(op, Repeat):
             if not layers:
                 op.check_layers()
-            check_parameter_shapes(op.body.ops, fn, (*layers, op.length))
+            check_parameter_shapes(op.body.ops, fn, (*layers, op.length), advice)
         elif isinstance(op, AbstractGate) and op.parameter_shapes is not None:
             for p, want in zip(op.parameters, op.parameter_shapes, strict=True):
                 if want == () and jnp.iscomplexobj(p):  # an eqx.tree_at edit skips the gate's own check
@@ -215,7 +211,7 @@ def check_parameter_shapes(ops, fn: str, layers: tuple[int, ...] = ()) -> None:
                     raise ValueError(
                         f"qfx.{fn}: {op.name} on wires {op.wires} has a parameter of shape {np.shape(p)}, "
                         f"expected {(*layers, *want)}. A batch of circuits (from eqx.filter_vmap) runs by "
-                        f"mapping the call: eqx.filter_vmap(lambda c: qfx.{fn}(c, ...))(circuits)."
+                        f"mapping the call: {advice}."
                     )
 
 

@@ -633,10 +633,21 @@ def sum_out(c: Array, wires: tuple[int, ...], n: int) -> Array:
     in one running float32 sum, whose error grows with the count (probabilities off by 7e-3 and summing
     to 1.0075 at 22 qubits); chunked, the error stays near float32's rounding (2e-8 against 2e-5 there)."""
     k = len(wires)
+    low = wires[0] if wires else 0
+    if wires == tuple(range(low, low + k)):
+        # Consecutive (the windows of Pauli sums): a reshape, no transpose (which cost 4x here at n = 20).
+        return _staged_sum(_staged_sum(c.reshape(2**low, 2**k, -1), 2), 0)
     t = jnp.moveaxis(c.reshape((2,) * n), wires, range(k)).reshape(2**k, -1)
-    if t.shape[1] > _SUM_CHUNK:
-        t = jnp.sum(t.reshape(2**k, -1, _SUM_CHUNK), axis=2)
-    return jnp.sum(t, axis=1)
+    return _staged_sum(t, 1)
+
+
+def _staged_sum(t: Array, axis: int) -> Array:
+    """`jnp.sum(t, axis)`, in chunks of `_SUM_CHUNK` entries first when the axis is longer."""
+    size = t.shape[axis]
+    if size > _SUM_CHUNK:
+        chunked = t.shape[:axis] + (size // _SUM_CHUNK, _SUM_CHUNK) + t.shape[axis + 1 :]
+        t = jnp.sum(t.reshape(chunked), axis=axis + 1)
+    return jnp.sum(t, axis=axis)
 
 
 def _word_weights(word: Word, wires: tuple[int, ...]) -> np.ndarray:
