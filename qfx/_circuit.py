@@ -173,8 +173,12 @@ class Repeat(AbstractOperation):
         return self if body is self.body else eqx.tree_at(lambda r: r.body, self, body)
 
     def layer(self, i: int) -> Circuit:
-        """The circuit of layer `i`."""
-        return jax.tree.map(lambda x: x[i], self.body)
+        """The circuit of layer `i` (of shapes, for a block made by `jax.eval_shape`: a loop's skeleton)."""
+
+        def pick(x):
+            return jax.ShapeDtypeStruct(x.shape[1:], x.dtype) if isinstance(x, jax.ShapeDtypeStruct) else x[i]
+
+        return jax.tree.map(pick, self.body)
 
     def adjoint(self) -> "Repeat":
         # Invert each layer under vmap, so that a nested Repeat sees its own layer axis (not this
@@ -203,6 +207,8 @@ def check_parameter_shapes(ops, fn: str, layers: tuple[int, ...] = (), advice: s
             if not layers:
                 op.check_layers()
             check_parameter_shapes(op.body.ops, fn, (*layers, op.length), advice)
+        elif hasattr(op, "check_shapes"):  # control flow (qfx/_control.py): its branches, bodies, indices
+            op.check_shapes(fn, layers, advice)
         elif isinstance(op, AbstractGate) and op.parameter_shapes is not None:
             for p, want in zip(op.parameters, op.parameter_shapes, strict=True):
                 if want == () and jnp.iscomplexobj(p):  # an eqx.tree_at edit skips the gate's own check
@@ -280,7 +286,8 @@ def draw(circuit: Circuit, *, decimals: int = 2) -> str:
     n = circuit.num_wires
     rows = [[f"{w}: "] for w in range(n)]
     numbering: dict = {}  # the circuit's measurements, token -> id (see `qfx/_control.py: draw_op`)
-    relabel_ops(circuit.ops, numbering)
+    # Numbered afresh: an `eqx.tree_at` edit that puts in new measurements skips `Circuit`'s numbering.
+    ops = relabel_ops(circuit.ops, numbering)
 
     def label(op: AbstractGate, name: str | None = None) -> str:
         params = [
@@ -354,7 +361,7 @@ def draw(circuit: Circuit, *, decimals: int = 2) -> str:
         for w in range(lo, hi + 1):
             rows[w].append("─" + text.get(w, "│").center(width, "─") + "─")
 
-    for op in circuit.ops:
+    for op in ops:
         add(op)
     pad()
     return "\n".join("".join(r) + "─" for r in rows)

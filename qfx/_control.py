@@ -32,8 +32,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
 import numpy as np
 
-from ._circuit import Circuit, Repeat, relabel_circuit, relabel_ops
-from ._custom_types import as_leaf, as_numeric, real_dtype, static_count
+from ._circuit import Circuit, Repeat, check_parameter_shapes, relabel_circuit, relabel_ops
+from ._custom_types import as_dtype, as_leaf, as_numeric, real_dtype, static_count
 from ._gates import AbstractOperation
 
 # --- measurement identity -----------------------------------------------------------------------------
@@ -274,6 +274,10 @@ class AbstractControlOperation(AbstractOperation):
         of its measurements)."""
         draw_op(self, rows, add, pad, numbering)
 
+    def check_shapes(self, fn: str, layers: tuple[int, ...], advice: str) -> None:
+        """Raises unless the operation's leaves have the shapes of one circuit (inside `Repeat` blocks of
+        `layers`): see `qfx/_circuit.py: check_parameter_shapes`, which calls it."""
+
     @abc.abstractmethod
     def relabel(self, numbering: dict) -> "AbstractControlOperation":
         """This operation with its measurements renumbered: `numbering` maps tokens to ids and grows in
@@ -397,7 +401,15 @@ def _traced_index(value, what: str) -> Array:
         raise ValueError(f"{what}: the predicate or index must be a scalar, got shape {value.shape}.")
     if jnp.issubdtype(value.dtype, jnp.inexact):
         raise TypeError(f"{what}: the predicate or index must be a bool or an int, got dtype {value.dtype}.")
-    return value.astype(real_dtype())
+    return as_dtype(value, real_dtype())
+
+
+def _check_index_shape(index, what: str, fn: str, layers: tuple[int, ...], advice: str) -> None:
+    if index is not None and np.shape(index) != layers:
+        raise ValueError(
+            f"qfx.{fn}: a {what} has shape {np.shape(index)}, expected {layers}. A batch of circuits (from "
+            f"eqx.filter_vmap) runs by mapping the call: {advice}."
+        )
 
 
 class Cond(AbstractControlOperation):
@@ -432,6 +444,11 @@ class Cond(AbstractControlOperation):
         if expr == self.expr and all(a is b for a, b in zip(branches, self.branches, strict=True)):
             return self
         return Cond(branches, self.index, expr)
+
+    def check_shapes(self, fn: str, layers: tuple[int, ...], advice: str) -> None:
+        _check_index_shape(self.index, "qfx.cond's traced predicate or index", fn, layers, advice)
+        for b in self.branches:
+            check_parameter_shapes(b.ops, fn, layers, advice)
 
     def adjoint(self) -> "Cond":
         if self.expr is not None:
@@ -492,14 +509,41 @@ def switch(index: "MeasurementValue | MidMeasure | ArrayLike", branches: Sequenc
     return Cond(circuits, _traced_index(index, "qfx.switch"), None)
 
 
+def _is_static_arg(x) -> bool:
+    """Python (and NumPy scalar) ints, bools and strings among a loop's arguments: counts, wires, labels."""
+    return isinstance(x, (int, str, np.integer, np.bool_))
+
+
 class _Body(eqx.Module):
-    """`fn(i, *args)`: a loop body with its (static) function and (leaf) arguments."""
+    """`fn(i, *args)`: a loop body with its (static) function and arguments.
+
+    The arguments' ints, bools and strings are static structure, not leaves: an int leaf made
+    `jax.grad(f)(circuit)` refuse the circuit ("grad requires real- or complex-valued inputs") and broke
+    `jax.vmap` over batches of circuits. The rest (arrays, operations, measurements) are leaves."""
 
     fn: Callable = eqx.field(static=True)
-    args: tuple
+    dynamic: tuple
+    static: tuple = eqx.field(static=True)  # ((position, value), ...) among the flattened arguments
+    treedef: Any = eqx.field(static=True)
+
+    def __init__(self, fn, args: tuple):
+        leaves, self.treedef = jax.tree.flatten(args)
+        self.fn = fn
+        self.static = tuple((k, x) for k, x in enumerate(leaves) if _is_static_arg(x))
+        self.dynamic = tuple(None if _is_static_arg(x) else x for x in leaves)
+
+    @property
+    def args(self) -> tuple:
+        leaves = list(self.dynamic)
+        for k, x in self.static:
+            leaves[k] = x
+        return jax.tree.unflatten(self.treedef, leaves)
 
     def __call__(self, i):
         return self.fn(i, *self.args)
+
+    def __repr__(self):
+        return f"_Body(fn={self.fn!r}, args={eqx.tree_pformat(self.args)})"
 
 
 def _body_ops(out, what: str) -> tuple[AbstractOperation, ...]:
@@ -566,11 +610,17 @@ class ForLoop(AbstractControlOperation):
         """The body's operations with shape-only leaves (nothing is computed)."""
         return eqx.filter_eval_shape(self.ops_at, jax.ShapeDtypeStruct((), jnp.int32))
 
+    def check_shapes(self, fn: str, layers: tuple[int, ...], advice: str) -> None:
+        # The body's own gates check their shapes when it is called.
+        _check_index_shape(self.num_iterations, "qfx.for_loop's traced length", fn, layers, advice)
+
     def adjoint(self) -> "ForLoop":
         if self.length is None:
             raise ValueError("A qfx.for_loop with a traced number of iterations has no inverse.")
         # The length goes in the static function, not in the leaf arguments (an int leaf breaks jax.grad).
-        return ForLoop(_Body(_InverseIteration(self.length), (self.body,)), self.length)
+        # The wires stay: no call of the body, whose leaves may be a batch (from eqx.filter_vmap).
+        inverse = _Body(_InverseIteration(self.length), (self.body,))
+        return eqx.tree_at(lambda loop: loop.body, self, inverse)
 
     def __repr__(self):
         length = self.length if self.length is not None else "traced"
@@ -643,6 +693,9 @@ class WhileLoop(AbstractControlOperation):
         if expr == self.expr and body is self.body:
             return self
         return WhileLoop(body, expr, self.max_iterations)
+
+    def check_shapes(self, fn: str, layers: tuple[int, ...], advice: str) -> None:
+        check_parameter_shapes(self.body.ops, fn, layers, advice)
 
     def adjoint(self):
         raise ValueError("A qfx.while_loop (it depends on measurement outcomes) has no inverse.")
@@ -764,11 +817,22 @@ def draw_op(op, rows: list[list[str]], add: Callable, pad: Callable, numbering: 
 
         def draw_body():
             # Drawn from a traced index, so that parameters depending on it show as "·".
-            def trace(i):
-                for inner in relabel_ops(op.ops_at(i), numbering):
+            def trace(loop, i):
+                for inner in relabel_ops(loop.ops_at(i), numbering):
                     add(inner)
 
-            jax.eval_shape(trace, jax.ShapeDtypeStruct((), jnp.int32))
+            index = jax.ShapeDtypeStruct((), jnp.int32)
+            try:
+                jax.eval_shape(trace, op, index)
+            except (TypeError, ValueError):
+                # A batch of circuits (from eqx.filter_vmap): the body's leaves share a leading batch axis.
+                # Its iterations are drawn from one circuit's shapes (adds happen only once ops_at returns).
+                dynamic, static = eqx.partition(op, eqx.is_array)
+                sizes = {x.shape[:1] for x in jax.tree.leaves(dynamic)}
+                if len(sizes) != 1 or sizes == {()}:
+                    raise
+                unbatched = lambda d, i: trace(eqx.combine(d, static), i)  # noqa: E731
+                jax.eval_shape(jax.vmap(unbatched, in_axes=(0, None)), dynamic, index)
 
         length = op.length if op.length is not None else "·"
         bracket([("for i: ", draw_body)], f"]×{length}")

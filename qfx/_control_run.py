@@ -245,14 +245,12 @@ class _Exact:
     most significant), then the `n` row wires, then the `n` column wires of a density matrix."""
 
     def __init__(self, n, num_slots):
-        need = 2.0 ** (num_slots + 2 * n) * complex_dtype().itemsize
-        if need > K._memory_limit_bytes():
-            raise ValueError(
-                f"mcm='exact' keeps a density matrix per record of outcomes: {num_slots} measurements on "
-                f"{n} wires need {K._format_bytes(need)} (2**{num_slots + 2 * n} amplitudes), but this "
-                f"device has {K._format_bytes(K._memory_limit_bytes())}. Use mcm='sampled' with a key per "
-                "shot."
-            )
+        K.check_memory(
+            num_slots + 2 * n,
+            f"mcm='exact' keeps a density matrix per record of outcomes: {num_slots} measurements on "
+            f"{n} wires",
+            "Use mcm='sampled' with a key per shot.",
+        )
         self.n, self.S = n, num_slots
         self.rows = {w: num_slots + w for w in range(n)}
         self.cols = {w: num_slots + n + w for w in range(n)}
@@ -330,11 +328,18 @@ def _capped_while(test, body, carry, mode: str):
     carry, count = jax.lax.while_loop(looping, lambda c: (body(c[0]), c[1] + 1), (carry, jnp.int32(0)))
     # The check rides on the state (the first leaf: error_if cannot take the PRNG key of a trajectory).
     leaves, treedef = jax.tree.flatten(carry)
+    why = (
+        "; in exact mode it runs until the weight still looping is below the dtype's resolution, which a "
+        "small exit probability per iteration (1e-4 in float32) takes longer than that to reach: bound it "
+        "with max_iterations, or use mcm='sampled'"
+        if mode == "exact"
+        else "; bound it with max_iterations"
+    )
     leaves[0] = eqx.error_if(
         leaves[0],
         test(carry) & (count >= _WHILE_CAP),
         f"qfx.while_loop (mcm={mode!r}): its condition still held after {_WHILE_CAP} iterations, so it may "
-        "never end (a body that keeps the condition true with probability 1); bound it with max_iterations.",
+        f"never end (a body that keeps the condition true with probability 1){why}.",
     )
     return jax.tree.unflatten(treedef, leaves)
 
@@ -480,7 +485,9 @@ def _trajectory(ops, psi0: Array, n: int, key, program: _Program, fn: str) -> tu
         )
     record = jnp.zeros(len(program.slots), jnp.int32)
     psi, record, _ = _run(ops, (psi0, record, key), _Sampled(n), program, program.alias, ())
-    return _not_differentiable(psi), record
+    # Only post-selection: nothing is drawn, the trajectory is the exact conditional state (differentiable,
+    # as with qfx.measure_state(..., postselect=)).
+    return (psi if program.drawn == 0 else _not_differentiable(psi)), record
 
 
 @jax.custom_jvp
@@ -573,14 +580,14 @@ def control_sample(circuit: Circuit, psi0: Array, *, key, shots: int, wires, mcm
             k_run, k_read = jax.random.split(k)
             psi, _ = simulate(circuit, psi0, mcm=mcm, key=k_run, diff=Backprop(), fn="sample")
             p = jax.lax.stop_gradient(K.marginal_probs(psi, wires, n))
-            return jax.random.choice(k_read, p.shape[0], p=p)
+            return K.sample_indices(k_read, p, 1)[0]
 
         return _bits(jax.vmap(one)(jax.random.split(key, shots)), len(wires))
     final, _ = simulate(
         circuit, psi0, mcm=mcm if mode == "exact" else None, key=None, diff=Backprop(), fn="sample"
     )
     p = mixed_probs(final.rho, wires) if isinstance(final, Mixed) else K.marginal_probs(final, wires, n)
-    idx = jax.random.choice(key, p.shape[0], shape=(shots,), p=jax.lax.stop_gradient(p))
+    idx = K.sample_indices(key, jax.lax.stop_gradient(p), shots)
     return _bits(idx, len(wires))
 
 

@@ -60,12 +60,21 @@ def as_numeric(value, what: str, *, inexact: bool = False) -> Array:
     if value is None or isinstance(value, (str, bytes)):
         raise TypeError(f"{what} must be a number or an array of numbers, got {value!r}.")
     try:
-        array = jnp.asarray(_host_floats(value) if inexact else value)
+        # Host values stay concrete inside a jit trace too (where jnp.asarray would make a tracer), so the
+        # checks on them (unitarity, hermiticity, norms, cancelling phases) run there as they do outside.
+        with jax.ensure_compile_time_eval():
+            array = jnp.asarray(_host_floats(value) if inexact else value)
     except (TypeError, ValueError, OverflowError) as e:
         raise TypeError(f"{what} must be a number or an array of numbers, got {value!r}.") from e
     if not (jnp.issubdtype(array.dtype, jnp.number) or array.dtype == jnp.bool_):
         raise TypeError(f"{what} must be a number or an array of numbers, got dtype {array.dtype}.")
     return array
+
+
+def as_dtype(array: Array, dtype) -> Array:
+    """`array.astype(dtype)`, concrete when `array` is (inside a jit trace too, see `as_numeric`)."""
+    with jax.ensure_compile_time_eval():
+        return array.astype(dtype)
 
 
 def _host_floats(value):

@@ -20,6 +20,7 @@ from jaxtyping import Array, ArrayLike
 import numpy as np
 
 from ._custom_types import (
+    as_dtype,
     as_numeric,
     check_wires,
     complex_dtype,
@@ -55,7 +56,7 @@ def _angle(name: str, field: str, value) -> Array:
             f"{name}: the angle {field} must be a scalar, got shape {value.shape}. For a batch of "
             "circuits, build them with eqx.filter_vmap or map qfx functions with jax.vmap."
         )
-    return value.astype(real_dtype())
+    return as_dtype(value, real_dtype())
 
 
 def _c(x) -> Array:
@@ -676,10 +677,14 @@ class IsingXY(_AbstractOneParameter):
 # --- gates on any number of wires -------------------------------------------------------------
 
 
-def _z_parity(k: int) -> np.ndarray:
-    """The eigenvalues (+-1) of Z⊗...⊗Z on k wires, in basis order."""
-    bits = (np.arange(2**k)[:, None] >> np.arange(k)[None, :]) & 1
-    return 1 - 2 * (bits.sum(axis=1) % 2)
+def _z_eigenvalues(word: str) -> Array:
+    """The eigenvalues (+-1) of a word of I and Z letters, in basis order, as the default real dtype.
+
+    By Kronecker products: 2**k entries, with no k x 2**k table of bits (3.2 GB at 24 wires)."""
+    z = np.ones(1, real_dtype())
+    for letter in word:
+        z = np.kron(z, np.asarray([1, -1] if letter == "Z" else [1, 1], z.dtype))
+    return jnp.asarray(z)
 
 
 class MultiRZ(_AbstractOneParameter):
@@ -691,8 +696,7 @@ class MultiRZ(_AbstractOneParameter):
         return jnp.diag(self.diagonal())
 
     def diagonal(self):
-        z = jnp.asarray(_z_parity(len(self.wires)), dtype=real_dtype())
-        return _phase(-self.theta / 2 * z)
+        return _phase(-self.theta / 2 * _z_eigenvalues("Z" * len(self.wires)))
 
 
 class PauliRot(AbstractGate):
@@ -728,11 +732,8 @@ class PauliRot(AbstractGate):
         return c * jnp.eye(p.shape[0], dtype=p.dtype) - 1j * s * p
 
     def diagonal(self):
-        if set(self.pauli_word) <= {"I", "Z"}:  # eigenvalues of the word by Kronecker products: no matrix
-            z = np.ones(1)
-            for letter in self.pauli_word:
-                z = np.kron(z, [1, -1] if letter == "Z" else [1, 1])
-            return _phase(-self.theta / 2 * jnp.asarray(z, dtype=real_dtype()))
+        if set(self.pauli_word) <= {"I", "Z"}:  # diagonal: no matrix
+            return _phase(-self.theta / 2 * _z_eigenvalues(self.pauli_word))
         return None
 
     def __repr__(self):
@@ -766,7 +767,7 @@ class QubitUnitary(AbstractGate):
                     f"QubitUnitary(wires={self._wires}): the matrix is not unitary "
                     f"(max |U^dagger U - I| = {err:.3g}); pass a unitary matrix."
                 )
-        self.U = U.astype(complex_dtype())
+        self.U = as_dtype(U, complex_dtype())
 
     @property
     def wires(self):

@@ -158,10 +158,6 @@ def _sampled_jvp(primals, tangents):
     )
 
 
-def _sample_indices(key, p: Array, shots: int) -> Array:
-    return jax.random.choice(key, p.shape[0], shape=(shots,), p=p)
-
-
 def _term_estimate(state, term, key, shots: int, n: int) -> Array:
     """The mean of `shots` measurements of one Pauli word or Hermitian term."""
     if isinstance(term, PauliWord):
@@ -179,7 +175,7 @@ def _term_estimate(state, term, key, shots: int, n: int) -> Array:
         state = K.apply_matrix(state, vecs.conj().T, term.wires, n)
         eig = eig.astype(real_dtype())
     p = K.marginal_probs(state, term.wires, n)
-    return jnp.mean(eig[_sample_indices(key, p, shots)])
+    return jnp.mean(eig[K.sample_indices(key, p, shots)])
 
 
 def _estimates(state, lcs, key, shots: int, n: int) -> Array:
@@ -394,6 +390,11 @@ def density_matrix(
     check_mcm(mcm, "density_matrix")
     wires = _check_measured_wires(circuit, wires, "density_matrix")
     n = circuit.num_wires
+    K.check_memory(
+        2 * len(wires),
+        f"qfx.density_matrix: the density matrix of {len(wires)} wires",
+        "Ask for fewer wires (a reduced density matrix), or use qfx.state for a pure state.",
+    )
     measure = Expectation(lambda psi, _: K.reduced_density_matrix(psi, wires, n))
     if has_control(circuit.ops):
         psi0 = initial_state_of(circuit, initial_state)
@@ -430,6 +431,6 @@ def sample(
         psi0 = initial_state_of(circuit, initial_state)
         return control_sample(circuit, psi0, key=key, shots=shots, wires=wires, mcm=mcm)
     psi = K.run(circuit.ops, initial_state_of(circuit, initial_state), n)
-    idx = _sample_indices(key, jax.lax.stop_gradient(K.marginal_probs(psi, wires, n)), shots)
+    idx = K.sample_indices(key, jax.lax.stop_gradient(K.marginal_probs(psi, wires, n)), shots)
     k = len(wires)
     return ((idx[:, None] >> jnp.arange(k - 1, -1, -1)) & 1).astype(jnp.int32)

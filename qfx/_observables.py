@@ -14,7 +14,15 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
 import numpy as np
 
-from ._custom_types import as_numeric, check_wires, complex_dtype, is_concrete, real_dtype, static_count
+from ._custom_types import (
+    as_dtype,
+    as_numeric,
+    check_wires,
+    complex_dtype,
+    is_concrete,
+    real_dtype,
+    static_count,
+)
 
 # A Pauli word: ((wire, letter), ...) sorted by wire, letters in "XYZ"; () is the identity.
 Word = tuple[tuple[int, str], ...]
@@ -65,7 +73,7 @@ def _real_scalar(value, what: str) -> Array:
     value = as_numeric(value, f"{what}: the coefficient", inexact=True)
     if value.shape != ():
         raise ValueError(f"{what}: expected a scalar coefficient, got shape {value.shape}.")
-    return value.astype(real_dtype())
+    return as_dtype(value, real_dtype())
 
 
 def _array_module(*coeffs):
@@ -214,7 +222,7 @@ class Hermitian(AbstractObservable):
             raise ValueError(
                 f"Hermitian(wires={self._wires}): expected a ({dim}, {dim}) matrix, got shape {matrix.shape}."
             )
-        matrix = matrix.astype(complex_dtype())
+        matrix = as_dtype(matrix, complex_dtype())
         _check_hermitian(matrix, f"Hermitian(wires={self._wires})")
         self.matrix = matrix
 
@@ -261,8 +269,10 @@ class LinearCombination(AbstractObservable):
                     raise TypeError(f"LinearCombination: coefficients must be numbers, got {coeffs!r}.")
                 if np.issubdtype(host.dtype, np.integer):  # JAX would wrap those of 2**31 and more
                     host = host.astype(np.float64)
-                # device_put: a host array becomes a device array without a compiled copy (one per length).
-                coeffs = jax.device_put(host)
+                # device_put: a host array becomes a device array without a compiled copy (one per length);
+                # concrete inside a jit trace too (see as_numeric).
+                with jax.ensure_compile_time_eval():
+                    coeffs = jax.device_put(host)
         coeffs = as_numeric(coeffs, "LinearCombination: the coefficients", inexact=True)
         if jnp.iscomplexobj(coeffs):
             raise TypeError("LinearCombination: coefficients must be real (observables are Hermitian).")
@@ -271,7 +281,7 @@ class LinearCombination(AbstractObservable):
                 f"LinearCombination: expected {len(terms)} coefficients (one per term), "
                 f"got shape {coeffs.shape}."
             )
-        self.coeffs = coeffs.astype(real_dtype())
+        self.coeffs = as_dtype(coeffs, real_dtype())
         self.terms = terms
 
     @property

@@ -560,14 +560,12 @@ class TensorNetwork(eqx.Module):
 
     def probs(self, circuit: Circuit, wires: tuple[int, ...]) -> Array:
         """Marginal probabilities of `wires` (first wire most significant). Called by `qfx.probs`."""
-        need = 2.0 ** len(wires) * complex_dtype().itemsize
-        limit = _kernels._memory_limit_bytes()
-        if need > limit:
-            raise ValueError(
-                f"qfx.probs: the marginal of {len(wires)} wires has 2**{len(wires)} entries "
-                f"({need / 2**30:.3g} GiB), more than the device's {limit / 2**30:.3g} GiB; with "
-                "backend=qfx.TensorNetwork() ask for a few wires, e.g. qfx.probs(circuit, wires=(0, 1), ...)."
-            )
+        _kernels.check_memory(
+            len(wires),
+            f"qfx.probs: the marginal of {len(wires)} wires",
+            "With backend=qfx.TensorNetwork() ask for a few wires, e.g. "
+            "qfx.probs(circuit, wires=(0, 1), ...).",
+        )
         if not wires:  # the marginal of nothing: the norm
             return jnp.ones((1,), real_dtype())
         net = _probs_network(_skeleton(circuit.ops), tuple(wires), self.optimize)
@@ -698,9 +696,10 @@ def _bitstring(circuit: Circuit, bitstring) -> Array:
             "For several bitstrings, map with jax.vmap."
         )
     bits = bits.astype(jnp.int32)
-    if is_concrete(bits):
-        if bool(jnp.any((bits != 0) & (bits != 1))):
-            raise ValueError(f"qfx.amplitude: bits must be 0 or 1, got {np.asarray(bits).tolist()}.")
+    if is_concrete(bits):  # on the host: inside a jit trace, JAX operations on a constant are traced
+        host = np.asarray(bits)
+        if np.any((host != 0) & (host != 1)):
+            raise ValueError(f"qfx.amplitude: bits must be 0 or 1, got {host.tolist()}.")
         return bits
     return eqx.error_if(bits, jnp.any((bits != 0) & (bits != 1)), "qfx.amplitude: bits must be 0 or 1.")
 

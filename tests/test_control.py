@@ -507,6 +507,15 @@ def test_sampled_trajectories_are_not_differentiated():
 
     assert float(jax.grad(post)(0.8)) == pytest.approx(0.5 * np.cos(0.4), abs=1e-5)
 
+    # The same post-selection in a circuit, sampled mode: nothing is drawn, so it differentiates as the
+    # exact mode does (it was refused as a sampled outcome). P(wire 0 = 1 | wire 1 = 1) = sin^2(t/2).
+    def in_circuit(t, mcm):
+        circ = qfx.Circuit([qfx.RY(t, wires=0), qfx.RY(0.5, wires=1), qfx.measure(1, postselect=1)])
+        return qfx.probs(circ, wires=0, mcm=mcm, key=keys[0] if mcm == "sampled" else None)[1]
+
+    for mcm in ("sampled", "exact"):
+        assert float(jax.grad(in_circuit)(0.8, mcm)) == pytest.approx(0.5 * np.sin(0.8), abs=1e-6)
+
 
 def test_for_loop_float_arguments_are_parameter_leaves():
     # A Python float argument was kept as a float: eqx.filter_grad (eqx.is_inexact_array) skipped it, so an
@@ -515,6 +524,33 @@ def test_for_loop_float_arguments_are_parameter_leaves():
     grad = eqx.filter_grad(lambda c: expval(c, qfx.Z(0)))(circ)
     (dt,) = grad.ops[0].body.args
     assert float(dt) == pytest.approx(-3 * np.sin(0.6) * np.cos(0.2), abs=1e-5)
+
+
+def _rx_on_wire_body(i, thetas, wire):
+    return [qfx.RX(thetas[i], wires=wire), qfx.CNOT((0, 1))]
+
+
+def test_for_loop_int_arguments_are_static(x64):
+    # A Python int argument (a wire) was an int32 leaf: jax.grad refused the circuit ("grad requires real-
+    # or complex-valued inputs") and a batch of such circuits did not jax.vmap.
+    def unrolled(t):
+        return qfx.Circuit([op for i in range(3) for op in _rx_on_wire_body(i, t, 1)])
+
+    thetas = jnp.asarray([0.1, 0.2, 0.3])
+    circ = qfx.Circuit([qfx.for_loop(3, _rx_on_wire_body, thetas, 1)], num_wires=2)
+    f = lambda c: expval(c, qfx.Z(1))  # noqa: E731
+    assert float(f(circ)) == pytest.approx(ref.expval(unrolled(thetas), qfx.Z(1)), abs=1e-10)
+    dthetas, wire = jax.grad(f)(circ).ops[0].body.args
+    assert wire == 1
+    expected = central_difference(lambda t: ref.expval(unrolled(t), qfx.Z(1)), np.asarray(thetas))
+    np.testing.assert_allclose(dthetas, expected, atol=1e-7)
+    two = jnp.stack([thetas, 2 * thetas])
+    batch = eqx.filter_vmap(lambda t: qfx.Circuit([qfx.for_loop(3, _rx_on_wire_body, t, 1)], num_wires=2))(
+        two
+    )
+    np.testing.assert_allclose(
+        jax.vmap(f)(batch), [ref.expval(unrolled(t), qfx.Z(1)) for t in two], atol=1e-10
+    )
 
 
 def _rx_body(i, t):
@@ -534,6 +570,32 @@ def _unrolled_loop_layers(thetas):
     for t in thetas:
         ops += [o for i in range(3) for o in _loop_in_layer_body(i, t)] + [qfx.RY(t[0], wires=1)]
     return qfx.Circuit(ops)
+
+
+def _repeat_body(i, thetas):
+    return [qfx.repeat(lambda t: [qfx.RX(t[0], wires=0), qfx.RY(t[1], wires=1), qfx.CZ((0, 1))], thetas[i])]
+
+
+def test_repeat_inside_a_for_loop_body(x64):
+    # The loop's shape-only visit sliced the block's ShapeDtypeStruct leaves: "'ShapeDtypeStruct' object is
+    # not subscriptable" for any Repeat in a loop body (captured or built there, inside a cond too).
+    thetas = jnp.asarray(np.random.default_rng(3).uniform(-1, 1, (2, 3, 2)))
+
+    def unrolled(t):  # the layers of iterations t[0], t[1], ...
+        return qfx.Circuit(
+            [g for ti in t for a, b in ti for g in (qfx.RX(a, 0), qfx.RY(b, 1), qfx.CZ((0, 1)))]
+        )
+
+    obs = qfx.Y(0) + qfx.Z(0) @ qfx.X(1) + 0.3 * qfx.Z(1)
+    circ = qfx.Circuit([qfx.for_loop(2, _repeat_body, thetas)])
+    assert float(expval(circ, obs)) == pytest.approx(ref.expval(unrolled(thetas), obs), abs=1e-10)
+    (grad,) = jax.grad(expval)(circ, obs).ops[0].body.args
+    expected = central_difference(lambda t: ref.expval(unrolled(t), obs), np.asarray(thetas))
+    np.testing.assert_allclose(grad, expected, atol=1e-7)
+    block = _repeat_body(0, thetas)[0]  # captured by the body, inside a cond
+    in_cond = qfx.Circuit([qfx.for_loop(2, lambda i: [qfx.cond(jnp.asarray(1), [block])])])
+    expected = ref.expval(unrolled(jnp.stack([thetas[0], thetas[0]])), obs)
+    assert float(expval(in_cond, obs)) == pytest.approx(expected, abs=1e-10)
 
 
 def test_for_loop_inside_repeat_layers(x64):
@@ -572,6 +634,70 @@ def test_draw_shows_loops_and_conditionals_without_unrolling():
     assert "if m0" in text and "while m0" in text and "≤4" in text
     assert "]×1000" in text and text.count("RX(·)") == 1  # one drawn iteration, index-dependent parameter
     assert text.split("\n")[1].count("RZ(-4.00)") == 2  # the CRZ's target: before the loop, and inside it
+
+
+def _loop_then_ry(t):
+    return qfx.Circuit([qfx.for_loop(3, _rx_on_wire_body, t, 0), qfx.RY(t[0], wires=1)], num_wires=2)
+
+
+def test_a_batch_holding_a_loop_draws_and_inverts():
+    # Both called the body on the batch's leaves ("RX: the angle theta must be a scalar, got shape (3,)").
+    thetas = jnp.asarray([[0.3, -0.7, 1.1], [0.9, 0.2, -0.4]])
+    batch = eqx.filter_vmap(_loop_then_ry)(thetas)
+    text = qfx.draw(batch)  # one circuit's structure; the batched angles as "·"
+    assert text.split("\n") == ["0: [for i: ─RX(·)──●─]×3────────", "1: [       ────────X─]  ─RY(·)──"]
+    inverse = batch.inverse()
+    states = jax.vmap(state)(inverse)
+    for t, psi in zip(thetas, states, strict=True):
+        unrolled = qfx.Circuit([op for i in range(3) for op in _rx_on_wire_body(i, t, 0)] + [qfx.RY(t[0], 1)])
+        np.testing.assert_allclose(psi, ref.final_state(unrolled.inverse()), atol=1e-6)
+
+
+def test_draw_numbers_measurements_put_in_by_tree_at():
+    # eqx.tree_at skips Circuit's numbering of its measurements: they were drawn "M?" and "if m?".
+    m = qfx.measure(0)
+    circ = qfx.Circuit([qfx.H(0), m, qfx.cond(m, qfx.X(1))], num_wires=2)
+    k = qfx.measure(1)
+    edited = eqx.tree_at(lambda c: c.ops, circ, (qfx.H(1), k, qfx.cond(k, qfx.X(0))))
+    text = qfx.draw(edited)
+    assert "?" not in text and "M0" in text and "if m0" in text
+    assert qfx.draw(circ).count("m0") == 1
+
+
+def _measured_cond(t):
+    m = qfx.measure(0)
+    return qfx.Circuit([qfx.H(0), qfx.H(1), m, qfx.cond(m, qfx.MultiRZ(t, wires=(0, 1))), qfx.H(1)])
+
+
+def test_an_unmapped_batch_with_control_flow_is_refused():
+    # The shape check skipped the branches of conds and the bodies of while loops: a batch of circuits whose
+    # batched gates sat there ran as one circuit with broadcast angles ([0, 0, 0.749, 0.251] for MultiRZ,
+    # none of the four circuits' probabilities), or failed deep in JAX for other gates.
+    ts = jnp.linspace(0.3, 1.2, 4)
+    batch = eqx.filter_vmap(_measured_cond)(ts)
+    for mode, key in (("exact", None), ("sampled", jax.random.key(0))):
+        with pytest.raises(
+            ValueError, match=r"qfx.probs: MultiRZ on wires \(0, 1\) has a parameter of shape \(4,\)"
+        ):
+            qfx.probs(batch, mcm=mode, key=key)
+    mapped = jax.vmap(lambda c: qfx.probs(c, mcm="exact"))(batch)
+    np.testing.assert_allclose(mapped[1], qfx.probs(_measured_cond(ts[1]), mcm="exact"), atol=1e-6)
+
+    traced = eqx.filter_vmap(lambda t: qfx.Circuit([qfx.cond(t > 0.5, qfx.X(0))]))(ts)
+    with pytest.raises(
+        ValueError,
+        match=r"qfx.expval: a qfx.cond's traced predicate or index has shape \(4,\), expected \(\)",
+    ):
+        qfx.expval(traced, qfx.Z(0))
+
+    def looped(t):
+        m = qfx.measure(0)
+        return qfx.Circuit(
+            [qfx.H(0), m, qfx.while_loop(m, [qfx.RX(t, wires=1), qfx.H(0), m], max_iterations=2)]
+        )
+
+    with pytest.raises(ValueError, match=r"qfx.expval: RX on wires \(1,\) has a parameter of shape \(4,\)"):
+        qfx.expval(eqx.filter_vmap(looped)(ts), qfx.Z(1), mcm="exact")
 
 
 _OUTER = qfx.measure(0)

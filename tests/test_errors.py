@@ -332,7 +332,13 @@ CASES = [
         "state_too_big",
         lambda: qfx.state(qfx.Circuit([qfx.H(0)], num_wires=60)),
         ValueError,
-        r"A 60-wire state vector needs 8\.0 EiB .* Use fewer wires",
+        r"A 60-wire simulation \(two state vectors.*\) needs 16\.0 EiB \(2 x 2\*\*60 .* Use fewer wires",
+    ),
+    (
+        "state_far_too_big",  # 2.0 ** 1100 overflowed: a bare OverflowError
+        lambda: qfx.state(qfx.Circuit([qfx.H(0)], num_wires=1100)),
+        ValueError,
+        r"A 1100-wire simulation .* needs 2\*\*1104 B \(2 x 2\*\*1100 complex64 entries\)",
     ),
     ("shots_without_key", lambda: qfx.expval(C2, qfx.Z(0), shots=10), ValueError, "needs a PRNG key"),
     # --- values that are not numbers ---
@@ -540,7 +546,8 @@ def test_while_loop_that_never_ends_raises(mcm):
     m = qfx.measure(0)
     circ = qfx.Circuit([qfx.X(0), m, qfx.while_loop(m, [m])])
     key = jax.random.key(0) if mcm == "sampled" else None
-    with pytest.raises(eqx.EquinoxRuntimeError, match="still held after 100000 iterations"):
+    advice = "or use mcm='sampled'" if mcm == "exact" else "bound it with max_iterations"
+    with pytest.raises(eqx.EquinoxRuntimeError, match=f"still held after 100000 iterations.*{advice}"):
         qfx.probs(circ, mcm=mcm, key=key)
 
 

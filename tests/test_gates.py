@@ -1,5 +1,7 @@
 """The gate battery: every gate in ALL_GATES against the dense reference, plus analytic values."""
 
+import re
+import tracemalloc
 import zlib
 
 import jax
@@ -375,3 +377,33 @@ def test_qubit_unitary_built_under_jit_from_a_constant():
     doubled = 2 * u  # a constant too: still checked
     with pytest.raises(ValueError, match="not unitary"):
         jax.jit(lambda t: qfx.QubitUnitary(doubled, wires=0).U * t)(0.3)
+
+
+def test_host_constants_built_inside_jit_are_checked():
+    # NumPy matrices and Python lists built inside the trace: jnp.asarray makes tracers of them there, which
+    # skipped the check (a non-unitary matrix ran, giving 1.0 for an impossible state).
+    bad = np.array([[1, 1], [0, 1]], complex)
+    with pytest.raises(ValueError, match=re.escape("QubitUnitary(wires=(0,)): the matrix is not unitary")):
+        jax.jit(lambda t: qfx.expval(qfx.Circuit([qfx.RX(t, 0), qfx.QubitUnitary(bad, 0)]), qfx.Z(0)))(0.3)
+    with pytest.raises(ValueError, match="not unitary"):
+        jax.jit(lambda t: qfx.QubitUnitary([[1.0, 1.0], [0.0, 1.0]], 0).U * t)(0.3)
+    # A unitary one runs, and a traced matrix is still accepted (checked only for its shape).
+    x = np.array([[0, 1], [1, 0]], complex)
+    f = jax.jit(lambda t: qfx.expval(qfx.Circuit([qfx.RX(t, 0), qfx.QubitUnitary(x, 0)]), qfx.Z(0)))
+    assert float(f(0.3)) == pytest.approx(-np.cos(0.3), abs=1e-6)
+    g = jax.jit(lambda m: qfx.expval(qfx.Circuit([qfx.QubitUnitary(m, 0)]), qfx.Z(0)))
+    assert float(g(jnp.asarray(x, jnp.complex64))) == pytest.approx(-1.0, abs=1e-6)
+
+
+def test_multirz_diagonal_needs_no_table_of_bits():
+    # The eigenvalues of Z⊗...⊗Z were read from a (2**k, k) int64 table of bits: 160 bytes per entry at
+    # k = 20 (3.2 GB of host memory at 24 wires). Host allocations stay within two float64s per entry.
+    k = 20
+    tracemalloc.start()
+    diag = qfx.MultiRZ(0.7, wires=range(k)).diagonal()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 16 * 2**k
+    parity = np.array([bin(i).count("1") % 2 for i in (0, 1, 3, 2**k - 1, 12345)])
+    expected = np.exp(-0.35j * (1 - 2 * parity))
+    np.testing.assert_allclose(np.asarray(diag)[[0, 1, 3, 2**k - 1, 12345]], expected, atol=1e-6)

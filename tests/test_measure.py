@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import qfx
+from qfx import _kernels
 
 from . import reference as ref
 from .helpers import (
@@ -325,6 +326,28 @@ def test_sample_frequencies_converge_to_probs(wires):
     np.testing.assert_array_less(np.abs(freq - p), 5 * np.sqrt(p * (1 - p) / shots) + 1e-3)
 
 
+def test_sample_draws_rare_outcomes_of_large_states():
+    # 20 qubits, the last one 1 with probability 0.01, spread over 2**19 basis states of 1.9e-8 each:
+    # below the rounding of one float32 cumulative sum over all 2**20 probabilities, so a draw from
+    # such a sum almost never returned them.
+    n, shots, p1 = 20, 100_000, 0.01
+    ops = [qfx.H(w) for w in range(n - 1)] + [qfx.RY(jnp.float32(2 * np.arcsin(np.sqrt(p1))), n - 1)]
+    bits = np.asarray(_sample(qfx.Circuit(ops, num_wires=n), key=jax.random.key(7), shots=shots))
+    sigma = np.sqrt(p1 * (1 - p1) / shots)
+    assert abs(bits[:, -1].mean() - p1) < 5 * sigma
+    assert abs(bits[:, 0].mean() - 0.5) < 5 * np.sqrt(0.25 / shots)
+
+
+def test_sample_never_draws_outcomes_of_zero_probability():
+    # Half of the basis states have probability 0 (wire 2 stays 0); the others are skewed.
+    circ = qfx.Circuit([qfx.RY(0.3, wires=0), qfx.RX(2.9, wires=1), qfx.CNOT((0, 3)), qfx.RY(0.05, wires=4)])
+    bits = np.asarray(_sample(circ, key=jax.random.key(8), shots=20_000))
+    assert not bits[:, 2].any()
+    index = bits @ (2 ** np.arange(4, -1, -1))
+    p = ref.probs(circ, None)
+    assert set(np.unique(index)) <= set(np.flatnonzero(p > 0))
+
+
 def test_shot_expval_within_five_sigma():
     circ = _sample_circuit()
     rng = np.random.default_rng(10)
@@ -422,3 +445,20 @@ def test_marginals_of_large_states_keep_float32_accuracy():
         [1, -1],
     )
     np.testing.assert_allclose(qfx.expval(circ, qfx.Z(1) @ qfx.Z(n - 2)), zz, atol=1e-6)
+
+
+def test_memory_guards_count_the_arrays_held(monkeypatch):
+    # 24 KiB: one 11-wire complex64 state (16 KiB) fits, but simulating it holds two (each gate reads one
+    # and writes the other); the check compared one state with the memory and let such sizes crash in XLA.
+    monkeypatch.setattr(_kernels, "_memory_limit_bytes", lambda: 3 * 2**10 * 8)
+    with pytest.raises(ValueError, match=r"A 11-wire simulation .* needs 32\.0 KiB \(2 x 2\*\*11 complex64"):
+        qfx.state(qfx.Circuit([qfx.H(0)], num_wires=11))
+    circ = qfx.Circuit([qfx.H(w) for w in range(10)])
+    assert qfx.state(circ).shape == (2**10,)
+    # A density matrix of k wires has 4**k entries: refused before XLA runs out of memory.
+    with pytest.raises(
+        ValueError, match=r"qfx.density_matrix: the density matrix of 6 wires needs 32\.0 KiB"
+    ):
+        qfx.density_matrix(circ, wires=range(6))
+    rho = qfx.density_matrix(circ, wires=range(5))
+    np.testing.assert_allclose(rho, np.full((32, 32), 1 / 32), atol=1e-6)

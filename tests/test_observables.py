@@ -135,6 +135,19 @@ def test_products_whose_imaginary_parts_do_not_cancel_are_refused():
         jax.jit(lambda c: ((c * qfx.X(0) + qfx.Z(0)) @ (c * qfx.X(0) + qfx.Z(0))).coeffs)(2.0)
 
 
+def test_observables_built_from_constants_inside_jit_are_checked_as_outside():
+    # Constant coefficients and matrices built inside the trace are concrete: (X + Z) @ (X + Z) = 2 I was
+    # refused there as "traced", and a non-Hermitian NumPy matrix was accepted (1.5 came out).
+    psi = qfx.Circuit([qfx.RY(0.4, wires=0)])
+    f = jax.jit(lambda: qfx.expval(psi, (qfx.X(0) + qfx.Z(0)) @ (qfx.X(0) + qfx.Z(0))))
+    assert float(f()) == pytest.approx(2.0, abs=1e-6)
+    with pytest.raises(ValueError, match="its term Y\\(0\\) has coefficient 0-1j"):
+        jax.jit(lambda: ((qfx.X(0) + qfx.Z(0)) @ (qfx.X(0) + 2.0 * qfx.Z(0))).coeffs)()
+    bad = np.array([[1, 1], [0, 1]], complex)
+    with pytest.raises(ValueError, match=re.escape("Hermitian(wires=(0,)): the matrix is not Hermitian")):
+        jax.jit(lambda: qfx.expval(psi, qfx.Hermitian(bad, wires=0)))()
+
+
 def test_a_large_observable_closed_over_by_jit():
     # More than 100 concrete coefficients: iterating such a JAX array inside a jit trace makes tracers,
     # which crashed var and expval's error formatting (TracerIntegerConversionError).

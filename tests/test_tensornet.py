@@ -273,7 +273,7 @@ def test_60_qubits_local_expectation_and_gradient():
     n, depth, wire = 60, 4, 30
     thetas = jnp.asarray(np.random.default_rng(10).uniform(0, 2 * np.pi, (depth, n, 2)), jnp.float32)
     circ = _brickwall(n, depth, thetas)
-    with pytest.raises(ValueError, match="60-wire state vector needs"):
+    with pytest.raises(ValueError, match="60-wire simulation"):
         qfx.expval(circ, qfx.Z(wire))
 
     start = time.perf_counter()
@@ -307,7 +307,9 @@ def test_probs_and_amplitude_at_60_qubits():
     np.testing.assert_allclose(qfx.probs(circ, (0, 59), backend=TN), [0.5, 0, 0, 0.5], atol=1e-6)
     np.testing.assert_allclose(qfx.amplitude(circ, [1] * n, backend=TN), 2**-0.5, atol=1e-6)
     np.testing.assert_allclose(qfx.amplitude(circ, [1] + [0] * (n - 1), backend=TN), 0, atol=1e-6)
-    with pytest.raises(ValueError, match="the marginal of 60 wires has 2\\*\\*60 entries"):
+    with pytest.raises(
+        ValueError, match=r"the marginal of 60 wires needs 8\.0 EiB \(2\*\*60 complex64 entries\)"
+    ):
         qfx.probs(circ, backend=TN)
 
 
