@@ -509,41 +509,46 @@ def switch(index: "MeasurementValue | MidMeasure | ArrayLike", branches: Sequenc
     return Cond(circuits, _traced_index(index, "qfx.switch"), None)
 
 
-def _is_static_arg(x) -> bool:
-    """Python (and NumPy scalar) ints, bools and strings among a loop's arguments: counts, wires, labels."""
-    return isinstance(x, (int, str, np.integer, np.bool_))
+class _Static(eqx.Module):
+    """An int, bool or string argument of a loop body: static structure, not a leaf."""
+
+    value: Any = eqx.field(static=True)
+
+    def __repr__(self):
+        return f"static({self.value!r})"
+
+
+def _static_args(x):
+    """Python and NumPy ints, bools and strings among a loop's arguments (counts, wires, labels) wrapped
+    as `_Static`: as leaves, an int made `jax.grad(f)(circuit)` refuse the circuit ("grad requires real- or
+    complex-valued inputs") and broke `jax.vmap` over batches of circuits."""
+    if isinstance(x, (bool, np.bool_)):
+        return _Static(bool(x))
+    if isinstance(x, (int, np.integer)):
+        return _Static(int(x))
+    if isinstance(x, str):
+        return _Static(str(x))
+    return x
+
+
+def _unwrapped(x):
+    return x.value if isinstance(x, _Static) else x
 
 
 class _Body(eqx.Module):
-    """`fn(i, *args)`: a loop body with its (static) function and arguments.
-
-    The arguments' ints, bools and strings are static structure, not leaves: an int leaf made
-    `jax.grad(f)(circuit)` refuse the circuit ("grad requires real- or complex-valued inputs") and broke
-    `jax.vmap` over batches of circuits. The rest (arrays, operations, measurements) are leaves."""
+    """`fn(i, *args)`: a loop body with its (static) function and arguments (see `_static_args`)."""
 
     fn: Callable = eqx.field(static=True)
-    dynamic: tuple
-    static: tuple = eqx.field(static=True)  # ((position, value), ...) among the flattened arguments
-    treedef: Any = eqx.field(static=True)
+    args: tuple
 
     def __init__(self, fn, args: tuple):
-        leaves, self.treedef = jax.tree.flatten(args)
         self.fn = fn
-        self.static = tuple((k, x) for k, x in enumerate(leaves) if _is_static_arg(x))
-        self.dynamic = tuple(None if _is_static_arg(x) else x for x in leaves)
-
-    @property
-    def args(self) -> tuple:
-        leaves = list(self.dynamic)
-        for k, x in self.static:
-            leaves[k] = x
-        return jax.tree.unflatten(self.treedef, leaves)
+        # Measurements passed as arguments stay whole: `ForLoop.relabel` finds them (see `_can_relabel`).
+        self.args = jax.tree.map(_static_args, args, is_leaf=_can_relabel)
 
     def __call__(self, i):
-        return self.fn(i, *self.args)
-
-    def __repr__(self):
-        return f"_Body(fn={self.fn!r}, args={eqx.tree_pformat(self.args)})"
+        args = jax.tree.map(_unwrapped, self.args, is_leaf=lambda x: isinstance(x, _Static))
+        return self.fn(i, *args)
 
 
 def _body_ops(out, what: str) -> tuple[AbstractOperation, ...]:
@@ -611,8 +616,24 @@ class ForLoop(AbstractControlOperation):
         return eqx.filter_eval_shape(self.ops_at, jax.ShapeDtypeStruct((), jnp.int32))
 
     def check_shapes(self, fn: str, layers: tuple[int, ...], advice: str) -> None:
-        # The body's own gates check their shapes when it is called.
         _check_index_shape(self.num_iterations, "qfx.for_loop's traced length", fn, layers, advice)
+
+        # The body, called on its leaves' shapes without the layer axes: what it builds must have one
+        # circuit's shapes (a batch axis left over would be reversed for the layers by Circuit.inverse).
+        def one_layer(x):
+            if eqx.is_array(x) and np.ndim(x) >= len(layers):
+                return jax.ShapeDtypeStruct(np.shape(x)[len(layers) :], x.dtype)
+            return x
+
+        loop = eqx.tree_at(lambda op: op.body, self, jax.tree.map(one_layer, self.body))
+        try:
+            ops = loop.skeleton()
+        except (TypeError, ValueError, IndexError) as e:
+            raise ValueError(
+                f"qfx.{fn}: a qfx.for_loop's body fails on one circuit's shapes of its arguments ({e}). A "
+                f"batch of circuits (from eqx.filter_vmap) runs by mapping the call: {advice}."
+            ) from e
+        check_parameter_shapes(ops, fn, (), advice)
 
     def adjoint(self) -> "ForLoop":
         if self.length is None:
@@ -822,9 +843,9 @@ def draw_op(op, rows: list[list[str]], add: Callable, pad: Callable, numbering: 
                     add(inner)
 
             index = jax.ShapeDtypeStruct((), jnp.int32)
-            try:
-                jax.eval_shape(trace, op, index)
-            except (TypeError, ValueError):
+            try:  # the loop closed over: its fixed arguments draw as values, and need not be arrays
+                jax.eval_shape(lambda i: trace(op, i), index)
+            except (TypeError, ValueError) as error:
                 # A batch of circuits (from eqx.filter_vmap): the body's leaves share a leading batch axis.
                 # Its iterations are drawn from one circuit's shapes (adds happen only once ops_at returns).
                 dynamic, static = eqx.partition(op, eqx.is_array)
@@ -832,7 +853,10 @@ def draw_op(op, rows: list[list[str]], add: Callable, pad: Callable, numbering: 
                 if len(sizes) != 1 or sizes == {()}:
                     raise
                 unbatched = lambda d, i: trace(eqx.combine(d, static), i)  # noqa: E731
-                jax.eval_shape(jax.vmap(unbatched, in_axes=(0, None)), dynamic, index)
+                try:
+                    jax.eval_shape(jax.vmap(unbatched, in_axes=(0, None)), dynamic, index)
+                except Exception:  # noqa: BLE001 - not a batch after all: the body's own error
+                    raise error from None
 
         length = op.length if op.length is not None else "·"
         bracket([("for i: ", draw_body)], f"]×{length}")

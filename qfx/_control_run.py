@@ -38,6 +38,7 @@ from ._control import (
 )
 from ._custom_types import (
     EXACT,
+    as_dtype,
     as_numeric,
     check_key,
     complex_dtype,
@@ -47,7 +48,7 @@ from ._custom_types import (
     tolerance,
 )
 from ._gates import AbstractGate, AbstractOperation
-from ._observables import LinearCombination, PauliWord
+from ._observables import LinearCombination
 from .diff import Backprop
 
 # --- static analysis ----------------------------------------------------------------------------------
@@ -530,15 +531,7 @@ def mixed_probs(rho: Array, wires: tuple[int, ...]) -> Array:
 def _apply_rows(rho: Array, lc: LinearCombination) -> Array:
     """O rho, with O applied to the row wires of the flat density matrix."""
     n2 = round(math.log2(rho.size))
-    flat = rho.reshape(-1)
-    out = jnp.zeros_like(flat)
-    for k, t in enumerate(lc.terms):  # indexed: iterating a concrete array of > 100 entries under jit traces
-        if isinstance(t, PauliWord):
-            term = K.apply_pauli_word(flat, t.word, n2)
-        else:
-            term = K.apply_matrix(flat, t.matrix.astype(flat.dtype), t.wires, n2)
-        out = out + lc.coeffs[k].astype(flat.dtype) * term
-    return out.reshape(rho.shape)
+    return K.apply_observable(rho.reshape(-1), lc, n2).reshape(rho.shape)
 
 
 def mixed_expvals(rho: Array, lcs: Sequence[LinearCombination]) -> Array:
@@ -665,15 +658,16 @@ def check_normalised(psi: Array, what: str, dtype) -> Array:
     """`psi` as `dtype`, checked to have norm 1 (at once when concrete, at run time under `jit`), within
     the tolerance of the dtype it was computed in."""
     tol = tolerance(psi.dtype)
-    psi = psi.astype(dtype)
-    norm = jnp.sum(jnp.real(psi * psi.conj()))
-    if is_concrete(norm):
-        if not abs(float(norm) - 1) <= tol:  # NaN fails too
+    psi = as_dtype(psi, dtype)
+    if is_concrete(psi):  # now, also inside a jit trace (where JAX operations on a constant are traced)
+        with jax.ensure_compile_time_eval():
+            norm = float(jnp.sum(jnp.real(psi * psi.conj())))
+        if not abs(norm - 1) <= tol:  # NaN fails too
             raise ValueError(
-                f"{what} is not normalised: its squared norm is {float(norm):.12g}, expected 1 "
-                f"(within {tol:g})."
+                f"{what} is not normalised: its squared norm is {norm:.12g}, expected 1 (within {tol:g})."
             )
         return psi
+    norm = jnp.sum(jnp.real(psi * psi.conj()))
     bad = ~(jnp.abs(norm - 1) <= tol)  # NaN fails too
     return eqx.error_if(psi, bad, f"{what} is not normalised (squared norm != 1).")
 

@@ -37,12 +37,23 @@ def tolerance(dtype) -> float:
 
 
 def as_leaf(x):
-    """A Python float or complex as an array of the default dtype (a parameter leaf); anything else as it
-    is. Python ints are counts (a for_loop's length) and stay ints."""
+    """A Python float or complex as an array of the default dtype (a parameter leaf), a NumPy array as a
+    JAX array (floats in the default dtype: a traced index cannot index a NumPy array); anything else as
+    it is. Python ints are counts (a for_loop's length) and stay ints."""
     if isinstance(x, complex):
         return jnp.asarray(x, complex_dtype())
     if isinstance(x, float):
         return jnp.asarray(x, real_dtype())
+    if isinstance(x, np.ndarray):
+        dtype = {"f": real_dtype(), "c": complex_dtype()}.get(x.dtype.kind)
+        if x.dtype.kind in "iu" and x.size and not jax.config.read("jax_enable_x64"):
+            if x.min() < -(2**31) or x.max() >= 2**31:  # JAX would wrap them into int32 without a word
+                raise ValueError(
+                    f"An integer array argument holds values beyond int32 ({x.min()} .. {x.max()}); "
+                    "enable x64 (jax.config.update('jax_enable_x64', True)) or pass smaller values."
+                )
+        with jax.ensure_compile_time_eval():  # a constant inside a jit trace too (see as_numeric)
+            return jnp.asarray(x, dtype)
     return x
 
 

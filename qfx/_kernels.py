@@ -25,7 +25,7 @@ from ._circuit import Repeat
 from ._custom_types import EXACT, complex_dtype, is_concrete, real_dtype
 from ._fusion import PairedGate, Permutation, batchable, fuse, pair_one_qubit
 from ._gates import AbstractGate, Adjoint, PauliRot
-from ._observables import Word
+from ._observables import LinearCombination, PauliWord, Word
 
 # Dense gates up to this many wires are applied as elementwise slice combinations.
 _ELEMENTWISE_MAX_WIRES = 2
@@ -674,23 +674,33 @@ def _word_weights(word: Word, wires: tuple[int, ...]) -> np.ndarray:
     return w
 
 
+# Above this many passes over the state (one per marginal of `pauli_expvals`), words are evaluated one by
+# one in a `lax.scan` instead (`_scanned_expvals`): compiled once, however many words.
+SCAN_MIN_PASSES = 32
+
+
 def pauli_expvals(state: Array, words: tuple[Word, ...], n: int) -> Array:
     """<psi|P|psi> for each Pauli word, as a real array.
 
     For the words flipping one set of wires (their X and Y letters), `c[b] = conj(psi[b]) psi[b ^ flips]`
     is formed once (the probabilities when nothing flips); each word is then a weighted sum of a marginal
     of `c` over its wires. Marginals are shared by all words in one window of nearby wires, so a sum of
-    local terms costs a few passes over the state, not one per term.
+    local terms costs a few passes over the state, not one per term. When that takes more than
+    `SCAN_MIN_PASSES` passes (a Hamiltonian of many unrelated words, as in chemistry), each word is one
+    step of a scan instead: the program, and its compile time, no longer grow with the number of words.
     """
     t = state.reshape((2,) * n)
     groups: dict[tuple[int, ...], list[int]] = {}
     for i, word in enumerate(words):
         groups.setdefault(tuple(w for w, p in word if p in "XY"), []).append(i)
+    windows = {flips: _windows([words[i] for i in members], n) for flips, members in groups.items()}
+    if sum(len(w) for w in windows.values()) > SCAN_MIN_PASSES and n < 31:
+        return _scanned_expvals(state, words, n)
     values: list = [None] * len(words)
     for flips, members in groups.items():
         c = jnp.real(t * t.conj()) if not flips else t.conj() * jnp.flip(t, axis=flips)
         c = c.reshape(-1)
-        for wires, local in _windows([words[i] for i in members], n).items():
+        for wires, local in windows[flips].items():
             m = sum_out(c, wires, n)
             weights = np.stack([_word_weights(words[members[j]], wires) for j in local])
             if not np.iscomplexobj(c) and not np.any(weights.imag):
@@ -699,6 +709,107 @@ def pauli_expvals(state: Array, words: tuple[Word, ...], n: int) -> Array:
             for j, v in zip(local, vals, strict=True):
                 values[members[j]] = v.astype(real_dtype())
     return jnp.stack(values) if values else jnp.zeros((0,), real_dtype())
+
+
+def _word_masks(words: tuple[Word, ...], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per word, as basis-index bit masks (wire 0 the most significant bit): the wires it flips (X, Y),
+    the wires whose bit sets its sign (Y, Z), and its number of Y letters mod 4 (the phase i**ny)."""
+    flips, signs, ny = (np.zeros(len(words), np.int32) for _ in range(3))
+    for k, word in enumerate(words):
+        for w, p in word:
+            bit = 1 << (n - 1 - w)
+            flips[k] |= bit if p in "XY" else 0
+            signs[k] |= bit if p in "YZ" else 0
+            ny[k] += p == "Y"
+    return flips, signs, ny % 4
+
+
+def _word_image(psi: Array, flips, signs, phase, flipping: bool = True) -> Array:
+    """P|psi> for the word given by masks: `P|b> = i**ny (-1)**parity(b & signs) |b ^ flips>`, so entry
+    `b` of the image is `phase * (-1)**parity((b ^ flips) & signs) * psi[b ^ flips]`: one gather, none for
+    words that flip no wire (`flipping=False`, static)."""
+    source = jax.lax.iota(jnp.int32, psi.shape[0])
+    if flipping:
+        source = source ^ flips
+        psi = psi.at[source].get(mode="promise_in_bounds")
+    odd = jax.lax.population_count(source & signs) & 1
+    return psi * jnp.where(odd == 1, -phase, phase)
+
+
+def _real_inner(a: Array, b: Array) -> Array:
+    """Re <a|b>, summed in stages (see `sum_out`)."""
+    return _staged_sum(jnp.real(a) * jnp.real(b) + jnp.imag(a) * jnp.imag(b), 0)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(4,))
+def _word_values(psi: Array, flips: Array, signs: Array, phases: Array, flipping: bool) -> Array:
+    """`Re <psi|P psi>` for the words given by masks (see `_word_image`), one per step of a `lax.scan`.
+
+    Differentiated by its own rule, `d<P> = 2 Re <P psi|dpsi>` (P is Hermitian), in a checkpointed scan
+    that recomputes `P psi`: JAX's own derivative of the gather would scatter into the state's cotangent,
+    and its residuals would keep one image per word. The words are arguments, not closed over: inside an
+    outer trace (`jax.grad(jax.jit(f))`) a closed-over array would leak into the rule's own trace."""
+
+    def step(_, term):
+        return None, _real_inner(psi, _word_image(psi, *term, flipping))
+
+    return jax.lax.scan(step, None, (flips, signs, phases))[1]
+
+
+@_word_values.defjvp
+def _word_values_jvp(flipping, primals, tangents):
+    psi, flips, signs, phases = primals
+    dpsi = tangents[0]
+
+    @jax.checkpoint
+    def step(_, term):
+        image = _word_image(psi, *term, flipping)
+        return None, (_real_inner(psi, image), 2 * _real_inner(image, dpsi))
+
+    return jax.lax.scan(step, None, (flips, signs, phases))[1]
+
+
+def _scanned_expvals(state: Array, words: tuple[Word, ...], n: int) -> Array:
+    """`pauli_expvals` one word per step of a `lax.scan` (`_word_values`): words made only of Z letters in
+    one scan (a sign per entry), the others in another (a gather each)."""
+    flips, signs, ny = _word_masks(words, n)
+    phases = np.asarray([1, 1j, -1, -1j])[ny].astype(state.dtype)
+    parts, order = [], []
+    for flipping in (False, True):
+        at = np.flatnonzero((flips != 0) == flipping)
+        if at.size:
+            parts.append(_word_values(state, flips[at], signs[at], phases[at], flipping))
+            order.append(at)
+    values = jnp.concatenate(parts)[np.argsort(np.concatenate(order))]
+    return values.astype(real_dtype())
+
+
+def apply_observable(state: Array, lc: LinearCombination, n: int) -> Array:
+    """O|psi> for a linear combination of Pauli words and Hermitian matrices. Many Pauli words (more than
+    `SCAN_MIN_PASSES`) are summed in a `lax.scan`, one word per step: compiled once, however many."""
+    at = [k for k, t in enumerate(lc.terms) if isinstance(t, PauliWord)]
+    scanned = len(at) > SCAN_MIN_PASSES and n < 31
+    out = jnp.zeros_like(state)
+    if scanned:
+        flips, signs, ny = _word_masks(tuple(lc.terms[k].word for k in at), n)
+        phases = jnp.asarray(np.asarray([1, 1j, -1, -1j])[ny].astype(state.dtype))
+        coeffs = lc.coeffs[np.asarray(at)].astype(state.dtype)
+
+        @jax.checkpoint  # keeps no index array per word for the backward pass
+        def step(acc, term):
+            f, m, phase, c = term
+            return acc + _word_image(state, f, m, c * phase), None
+
+        out = jax.lax.scan(step, out, (jnp.asarray(flips), jnp.asarray(signs), phases, coeffs))[0]
+    for k, t in enumerate(lc.terms):  # indexed: iterating a concrete array of > 100 entries under jit traces
+        if isinstance(t, PauliWord):
+            if scanned:
+                continue
+            term = apply_pauli_word(state, t.word, n)
+        else:
+            term = apply_matrix(state, t.matrix.astype(state.dtype), t.wires, n)
+        out = out + lc.coeffs[k].astype(state.dtype) * term
+    return out
 
 
 def marginal_probs(state: Array, wires: tuple[int, ...], n: int) -> Array:
@@ -724,7 +835,8 @@ def sample_indices(key, p: Array, shots: int) -> Array:
     entries below its rounding (6e-8 near 1) get no width: at 22 qubits an outcome of probability 0.01
     spread over 2**21 basis states was drawn at 1e-5. Here every probability is a product of float32
     ratios of pairwise sums, accurate to a few roundings whatever its size. The probabilities need not
-    sum to 1 (only ratios are used); a prefix is never extended into a half of zero mass.
+    sum to 1 (only ratios are used); a prefix is never extended into a half of zero mass (all-zero
+    probabilities give index 0).
     """
     k = int(np.log2(p.shape[0]))
     if 2**k != p.shape[0]:
@@ -734,11 +846,12 @@ def sample_indices(key, p: Array, shots: int) -> Array:
     levels = [p]
     for _ in range(k - 1):  # levels[j] has 2**(k - j) entries; its pairs are the halves of a prefix
         levels.append(levels[-1].reshape(-1, 2).sum(axis=1))
-    u = jax.random.uniform(key, (k, shots), p.dtype)
+    keys = jax.random.split(key, k)  # one draw per level: `shots` uniforms live at a time, not k * shots
     index = jnp.zeros((shots,), jnp.int32)
     for j, level in enumerate(reversed(levels)):
         pairs = level.reshape(-1, 2)
         c0, c1 = pairs[index, 0], pairs[index, 1]
-        one = (c0 <= 0) | ((c1 > 0) & (u[j] * (c0 + c1) >= c0))
+        u = jax.random.uniform(keys[j], (shots,), p.dtype)
+        one = (c1 > 0) & ((c0 <= 0) | (u * (c0 + c1) >= c0))
         index = 2 * index + one.astype(jnp.int32)
     return index

@@ -36,7 +36,7 @@ import opt_einsum
 from . import _cutensornet, _kernels
 from ._circuit import Circuit, Repeat, check_circuit
 from ._control_run import has_control, run_control
-from ._custom_types import EXACT, as_numeric, complex_dtype, is_concrete, real_dtype
+from ._custom_types import EXACT, as_dtype, as_numeric, complex_dtype, is_concrete, real_dtype
 from ._gates import AbstractGate
 from ._observables import Hermitian, LinearCombination, PauliWord
 from .diff import AbstractDiffMethod, Backprop, FiniteDiff, ParameterShift
@@ -695,7 +695,7 @@ def _bitstring(circuit: Circuit, bitstring) -> Array:
             f"qfx.amplitude: expected {n} bits (one per wire, wire 0 first), got shape {bits.shape}. "
             "For several bitstrings, map with jax.vmap."
         )
-    bits = bits.astype(jnp.int32)
+    bits = as_dtype(bits, jnp.int32)
     if is_concrete(bits):  # on the host: inside a jit trace, JAX operations on a constant are traced
         host = np.asarray(bits)
         if np.any((host != 0) & (host != 1)):

@@ -559,3 +559,18 @@ def test_unnormalised_state_under_jit():
     )
     with pytest.raises(eqx.EquinoxRuntimeError, match="initial_state is not normalised"):
         run(jnp.ones(4, jnp.complex64))
+
+
+def test_integer_arrays_beyond_int32_are_refused():
+    # NumPy int64 loop arguments became JAX arrays, wrapped into int32 without a word ([2**40, 1] -> [0, 1]).
+    with pytest.raises(ValueError, match=r"beyond int32 \(1 \.\. 1099511627776\); enable x64"):
+        qfx.for_loop(2, lambda i, a: qfx.RX(a[i] * 0.1, wires=0), np.array([2**40, 1]))
+
+
+def test_constants_built_inside_jit_are_checked_when_traced():
+    # A NumPy state or bitstring written inside the jitted function is a constant: refused when traced, as
+    # outside jit (the norm and an int8 / int64 bitstring were checked at run time, through a callback).
+    with pytest.raises(ValueError, match="initial_state is not normalised: its squared norm is 2"):
+        jax.jit(lambda: qfx.state(C2, initial_state=np.array([1.0, 1.0, 0, 0])))()
+    with pytest.raises(ValueError, match=re.escape("qfx.amplitude: bits must be 0 or 1, got [0, 2]")):
+        jax.jit(lambda: qfx.amplitude(C2, np.array([0, 2], np.int8)))()

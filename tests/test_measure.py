@@ -447,6 +447,18 @@ def test_marginals_of_large_states_keep_float32_accuracy():
     np.testing.assert_allclose(qfx.expval(circ, qfx.Z(1) @ qfx.Z(n - 2)), zz, atol=1e-6)
 
 
+def test_sample_indices_of_unnormalised_and_empty_distributions():
+    # Only ratios count: unnormalised weights sample as their normalisation; a half of zero mass is never
+    # entered, also when float32 flushes a subnormal total to 0 (index 3, of probability 0, came out).
+    key = jax.random.key(9)
+    counts = np.bincount(
+        np.asarray(_kernels.sample_indices(key, jnp.asarray([3.0, 0, 1, 0]), 40_000)), minlength=4
+    )
+    assert counts[1] == counts[3] == 0 and abs(counts[0] / 40_000 - 0.75) < 5 * np.sqrt(0.75 * 0.25 / 40_000)
+    for p in ([1e-40, 0, 0, 0], [0.0, 0, 0, 0]):
+        np.testing.assert_array_equal(_kernels.sample_indices(key, jnp.asarray(p, jnp.float32), 10), 0)
+
+
 def test_memory_guards_count_the_arrays_held(monkeypatch):
     # 24 KiB: one 11-wire complex64 state (16 KiB) fits, but simulating it holds two (each gate reads one
     # and writes the other); the check compared one state with the memory and let such sizes crash in XLA.
@@ -462,3 +474,88 @@ def test_memory_guards_count_the_arrays_held(monkeypatch):
         qfx.density_matrix(circ, wires=range(6))
     rho = qfx.density_matrix(circ, wires=range(5))
     np.testing.assert_allclose(rho, np.full((32, 32), 1 / 32), atol=1e-6)
+
+
+def _ansatz(theta, n=5):
+    ops = [qfx.RY(theta[i], wires=i) for i in range(n)] + [qfx.CNOT((i, i + 1)) for i in range(n - 1)]
+    return qfx.Circuit(ops + [qfx.RX(theta[n + i], wires=i) for i in range(n)])
+
+
+def _random_pauli_sum(rng, n, terms):
+    words = {
+        tuple((int(w), "XYZ"[rng.integers(3)]) for w in sorted(rng.choice(n, rng.integers(1, n + 1), False)))
+        for _ in range(terms)
+    }
+    return sum(float(rng.normal()) * qfx.PauliWord(w) for w in sorted(words))
+
+
+def test_many_unrelated_words_run_as_one_scan(monkeypatch, x64):
+    # Many words flipping different wires: one step of a scan each (compiled once, however many words),
+    # differentiated by its own rule. Against the reference, and the windowed marginals' plain autodiff.
+    monkeypatch.setattr(_kernels, "SCAN_MIN_PASSES", 4)  # the scan from 5 groups of words on (on 5 wires)
+    rng = np.random.default_rng(12)
+    obs = _random_pauli_sum(rng, 5, 16) + 0.5 * qfx.Z(0) @ qfx.Z(3)  # words with and without flips
+    theta = jnp.asarray(rng.uniform(-np.pi, np.pi, 10))
+    calls = []
+    scanned = _kernels._scanned_expvals
+    monkeypatch.setattr(_kernels, "_scanned_expvals", lambda *a: calls.append(1) or scanned(*a))
+
+    f = lambda t, o=obs: qfx.expval(_ansatz(t), o)  # noqa: E731
+    assert float(f(theta)) == pytest.approx(ref.expval(_ansatz(theta), obs), abs=1e-10)
+    grad = jax.jit(jax.grad(f))(theta)
+    assert calls  # the scan ran
+    # Inside outer traces too: closed-over word data leaked into the rule's trace there (UnexpectedTracer).
+    np.testing.assert_allclose(jax.grad(jax.jit(f))(theta), grad, atol=1e-12)
+    np.testing.assert_allclose(jax.grad(jax.checkpoint(f))(theta), grad, atol=1e-12)
+    expected = central_difference(lambda t: ref.expval(_ansatz(t), obs), np.asarray(theta))
+    np.testing.assert_allclose(grad, expected, atol=1e-7)
+    # The coefficients' gradient is each word's expectation.
+    coeff_grad = jax.grad(lambda o: f(theta, o))(obs).coeffs
+    words = [ref.expval(_ansatz(theta), t) for t in obs.terms]
+    np.testing.assert_allclose(coeff_grad, words, atol=1e-10)
+    hessian = jax.jit(jax.hessian(f))(theta)
+    forward = jax.jit(jax.jacfwd(jax.jacfwd(f)))(theta)
+    values = jax.jit(jax.vmap(f))(jnp.stack([theta, -theta]))
+    monkeypatch.setattr(_kernels, "SCAN_MIN_PASSES", 10**9)  # the windowed marginals instead
+    calls.clear()
+    np.testing.assert_allclose(hessian, jax.jit(jax.hessian(f))(theta), atol=1e-9)
+    np.testing.assert_allclose(forward, hessian, atol=1e-9)
+    np.testing.assert_allclose(values, [f(theta), f(-theta)], atol=1e-10)
+    assert not calls
+
+
+def test_scanned_words_in_complex64_and_the_adjoint(monkeypatch):
+    monkeypatch.setattr(_kernels, "SCAN_MIN_PASSES", 4)
+    rng = np.random.default_rng(13)
+    obs = _random_pauli_sum(rng, 5, 16)
+    theta = jnp.asarray(rng.uniform(-np.pi, np.pi, 10), jnp.float32)
+    exact = ref.expval(_ansatz(theta), obs)
+    assert float(qfx.expval(_ansatz(theta), obs)) == pytest.approx(exact, abs=1e-5)
+    backprop = jax.jit(jax.grad(lambda t: qfx.expval(_ansatz(t), obs)))(theta)
+    adjoint = jax.jit(jax.grad(lambda t: qfx.expval(_ansatz(t), obs, diff=qfx.diff.Adjoint())))(theta)
+    np.testing.assert_allclose(adjoint, backprop, atol=1e-5)
+
+
+def test_variance_of_many_words(monkeypatch, x64):
+    # O|psi> of many words is a scan too (the variance, and mixed states' expectations in exact mode).
+    monkeypatch.setattr(_kernels, "SCAN_MIN_PASSES", 4)
+    rng = np.random.default_rng(14)
+    obs = _random_pauli_sum(rng, 5, 16)
+    assert len(obs.terms) > _kernels.SCAN_MIN_PASSES
+    theta = jnp.asarray(rng.uniform(-np.pi, np.pi, 10))
+    f = jax.jit(lambda t: qfx.var(_ansatz(t), obs))
+    assert float(f(theta)) == pytest.approx(ref.var(_ansatz(theta), obs), abs=1e-10)
+    expected = central_difference(lambda t: ref.var(_ansatz(t), obs), np.asarray(theta))
+    np.testing.assert_allclose(
+        jax.jit(jax.grad(lambda t: qfx.var(_ansatz(t), obs)))(theta), expected, atol=1e-7
+    )
+    # Measuring wire 2, then X on wire 0 if it read 1: the mixture of the two projected branches.
+    m = qfx.measure(2)
+    circ = qfx.Circuit([*_ansatz(theta).ops, m, qfx.cond(m, qfx.X(0))])
+    t = ref.final_state(_ansatz(theta)).reshape((2,) * 5)
+    exact = 0.0
+    for b, after in ((0, qfx.I(0)), (1, qfx.X(0))):
+        branch = np.zeros_like(t)
+        branch[:, :, b] = t[:, :, b]
+        exact += ref.expval(qfx.Circuit([after], num_wires=5), obs, initial_state=branch.reshape(-1))
+    assert float(qfx.expval(circ, obs, mcm="exact")) == pytest.approx(exact, abs=1e-10)
