@@ -669,7 +669,8 @@ def for_loop(length: "int | ArrayLike", body: Callable[..., Any], *args: Any) ->
       int32 scalar, so index parameters with it (`thetas[i]`), not Python control flow. Its structure must
       not depend on `i`. Use a named function: it is static structure, compared by identity.
     - `*args`: arrays (or pytrees) the body reads; they are the loop's parameter leaves, so `jax.grad`
-      over the circuit reaches them.
+      over the circuit reaches them. Python floats and NumPy arrays become JAX arrays; ints, bools and
+      strings (wires, counts, labels) stay static structure (no leaf, no gradient).
 
     **Returns:** a `ForLoop`. For parameters stacked per layer, `qfx.repeat` is the same thing.
 
