@@ -792,15 +792,20 @@ def apply_observable(state: Array, lc: LinearCombination, n: int) -> Array:
     out = jnp.zeros_like(state)
     if scanned:
         flips, signs, ny = _word_masks(tuple(lc.terms[k].word for k in at), n)
-        phases = jnp.asarray(np.asarray([1, 1j, -1, -1j])[ny].astype(state.dtype))
+        phases = np.asarray([1, 1j, -1, -1j])[ny].astype(state.dtype)
         coeffs = lc.coeffs[np.asarray(at)].astype(state.dtype)
+        for flipping in (False, True):  # words of Z letters only need no gather
+            sub = np.flatnonzero((flips != 0) == flipping)
+            if not sub.size:
+                continue
 
-        @jax.checkpoint  # keeps no index array per word for the backward pass
-        def step(acc, term):
-            f, m, phase, c = term
-            return acc + _word_image(state, f, m, c * phase), None
+            @jax.checkpoint  # keeps no index array per word for the backward pass
+            def step(acc, term, flipping=flipping):
+                f, m, phase, c = term
+                return acc + _word_image(state, f, m, c * phase, flipping), None
 
-        out = jax.lax.scan(step, out, (jnp.asarray(flips), jnp.asarray(signs), phases, coeffs))[0]
+            terms = (jnp.asarray(flips[sub]), jnp.asarray(signs[sub]), jnp.asarray(phases[sub]), coeffs[sub])
+            out = jax.lax.scan(step, out, terms)[0]
     for k, t in enumerate(lc.terms):  # indexed: iterating a concrete array of > 100 entries under jit traces
         if isinstance(t, PauliWord):
             if scanned:

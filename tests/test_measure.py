@@ -540,7 +540,7 @@ def test_variance_of_many_words(monkeypatch, x64):
     # O|psi> of many words is a scan too (the variance, and mixed states' expectations in exact mode).
     monkeypatch.setattr(_kernels, "SCAN_MIN_PASSES", 4)
     rng = np.random.default_rng(14)
-    obs = _random_pauli_sum(rng, 5, 16)
+    obs = _random_pauli_sum(rng, 5, 16) - 0.7 * qfx.Z(1) @ qfx.Z(4)  # words with and without flips
     assert len(obs.terms) > _kernels.SCAN_MIN_PASSES
     theta = jnp.asarray(rng.uniform(-np.pi, np.pi, 10))
     f = jax.jit(lambda t: qfx.var(_ansatz(t), obs))
