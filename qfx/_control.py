@@ -420,7 +420,8 @@ class Cond(AbstractControlOperation):
     **Arguments:**
 
     - `branches`: one `Circuit` per branch; branch `k` runs when the index is `k` (clamped to range).
-    - `index`: a float scalar leaf holding a traced index (rounded when run), or None. Its gradient is
+    - `index`: the traced index (an int or bool given to `qfx.cond` / `qfx.switch`), held as a float
+      scalar leaf (rounded when run) so that `jax.grad` over the circuit works, or None. Its gradient is
       zero, but an optimizer with weight decay over all leaves would move it: mask it out.
     - `expr`: a static measurement expression giving the index, or None.
     """
@@ -574,8 +575,8 @@ class ForLoop(AbstractControlOperation):
 
     - `body`: a callable pytree (its array leaves are parameters) mapping an int32 index to operations.
     - `length`: the static number of iterations, or None when `num_iterations` is given.
-    - `num_iterations`: a float scalar leaf holding a traced number of iterations (rounded when run), or
-      None; like `Cond.index`, keep it out of weight decay.
+    - `num_iterations`: the traced number of iterations (an int given to `qfx.for_loop`), held as a float
+      scalar leaf (rounded when run), or None; like `Cond.index`, keep it out of weight decay.
     """
 
     body: Callable

@@ -252,7 +252,11 @@ class LinearCombination(AbstractObservable):
     terms: tuple[PauliWord | Hermitian, ...]
 
     def __init__(self, coeffs: ArrayLike, terms):
-        terms = tuple(terms)
+        # Pauli gates (qfx.X(0), ...) are observables too: as one-letter words.
+        terms = tuple(
+            PauliWord({t.wires[0]: t.pauli_letter}) if getattr(t, "pauli_letter", None) is not None else t
+            for t in terms
+        )
         for t in terms:
             if not isinstance(t, (PauliWord, Hermitian)):
                 raise TypeError(

@@ -233,3 +233,13 @@ def test_dtypes_follow_x64(x64):
     h = 0.5 * qfx.Z(0) + qfx.Hermitian(np.eye(2), wires=1)
     assert h.coeffs.dtype == jnp.float64
     assert h.terms[1].matrix.dtype == jnp.complex128
+
+
+def test_linear_combination_takes_pauli_gates_as_terms():
+    # qfx.X / Y / Z / I are observables too; LinearCombination(...) refused them as terms ("terms must be
+    # PauliWord or Hermitian, got PauliZ") while arithmetic accepted them.
+    direct = qfx.LinearCombination(jnp.asarray([0.5, 2.0, -1.0]), [qfx.Z(0), qfx.X(1), qfx.I(0)])
+    assert direct.terms == (qfx.PauliWord({0: "Z"}), qfx.PauliWord({1: "X"}), qfx.PauliWord({}))
+    circ = qfx.Circuit([qfx.RY(0.4, wires=0), qfx.H(1)])
+    built = 0.5 * qfx.Z(0) + 2.0 * qfx.X(1) - 1.0 * qfx.I(0)
+    assert float(qfx.expval(circ, direct)) == pytest.approx(ref.expval(circ, built), abs=1e-6)
