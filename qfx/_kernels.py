@@ -711,9 +711,9 @@ def pauli_expvals(state: Array, words: tuple[Word, ...], n: int) -> Array:
     return jnp.stack(values) if values else jnp.zeros((0,), real_dtype())
 
 
-def _word_masks(words: tuple[Word, ...], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _word_masks(words: tuple[Word, ...], n: int, dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per word, as basis-index bit masks (wire 0 the most significant bit): the wires it flips (X, Y),
-    the wires whose bit sets its sign (Y, Z), and its number of Y letters mod 4 (the phase i**ny)."""
+    the wires whose bit sets its sign (Y, Z); and its phase i**(number of Y letters), of `dtype`."""
     flips, signs, ny = (np.zeros(len(words), np.int32) for _ in range(3))
     for k, word in enumerate(words):
         for w, p in word:
@@ -721,7 +721,7 @@ def _word_masks(words: tuple[Word, ...], n: int) -> tuple[np.ndarray, np.ndarray
             flips[k] |= bit if p in "XY" else 0
             signs[k] |= bit if p in "YZ" else 0
             ny[k] += p == "Y"
-    return flips, signs, ny % 4
+    return flips, signs, np.asarray([1, 1j, -1, -1j])[ny % 4].astype(dtype)
 
 
 def _word_image(psi: Array, flips, signs, phase, flipping: bool = True) -> Array:
@@ -772,8 +772,7 @@ def _word_values_jvp(flipping, primals, tangents):
 def _scanned_expvals(state: Array, words: tuple[Word, ...], n: int) -> Array:
     """`pauli_expvals` one word per step of a `lax.scan` (`_word_values`): words made only of Z letters in
     one scan (a sign per entry), the others in another (a gather each)."""
-    flips, signs, ny = _word_masks(words, n)
-    phases = np.asarray([1, 1j, -1, -1j])[ny].astype(state.dtype)
+    flips, signs, phases = _word_masks(words, n, state.dtype)
     parts, order = [], []
     for flipping in (False, True):
         at = np.flatnonzero((flips != 0) == flipping)
@@ -791,8 +790,7 @@ def apply_observable(state: Array, lc: LinearCombination, n: int) -> Array:
     scanned = len(at) > SCAN_MIN_PASSES and n < 31
     out = jnp.zeros_like(state)
     if scanned:
-        flips, signs, ny = _word_masks(tuple(lc.terms[k].word for k in at), n)
-        phases = np.asarray([1, 1j, -1, -1j])[ny].astype(state.dtype)
+        flips, signs, phases = _word_masks(tuple(lc.terms[k].word for k in at), n, state.dtype)
         coeffs = lc.coeffs[np.asarray(at)].astype(state.dtype)
         for flipping in (False, True):  # words of Z letters only need no gather
             sub = np.flatnonzero((flips != 0) == flipping)
