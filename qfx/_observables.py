@@ -260,7 +260,8 @@ class LinearCombination(AbstractObservable):
         for t in terms:
             if not isinstance(t, (PauliWord, Hermitian)):
                 raise TypeError(
-                    f"LinearCombination: terms must be PauliWord or Hermitian, got {type(t).__name__}; "
+                    f"LinearCombination: terms must be Pauli words (or qfx.X / Y / Z / I) or Hermitian, got "
+                    f"{type(t).__name__}; "
                     "build sums with + and * instead."
                 )
         if isinstance(coeffs, (np.ndarray, list, tuple)):

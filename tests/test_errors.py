@@ -184,9 +184,9 @@ CASES = [
     ),
     (
         "linear_combination_terms",
-        lambda: qfx.LinearCombination(np.ones(1), [qfx.X(0)]),
+        lambda: qfx.LinearCombination(np.ones(1), [qfx.H(0)]),
         TypeError,
-        "terms must be PauliWord or Hermitian, got PauliX",
+        r"terms must be Pauli words \(or qfx.X / Y / Z / I\) or Hermitian, got Hadamard",
     ),
     (
         "hermitian_product_overlap",
