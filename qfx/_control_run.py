@@ -247,7 +247,7 @@ class _Exact:
 
     def __init__(self, n, num_slots):
         K.check_memory(
-            num_slots + 2 * n,
+            2 ** (num_slots + 2 * n),
             f"mcm='exact' keeps a density matrix per record of outcomes: {num_slots} measurements on "
             f"{n} wires",
             "Use mcm='sampled' with a key per shot.",
@@ -522,10 +522,7 @@ def run_control(circuit, psi0, args, *, pure, mixed, mcm, key, diff, fn: str):
 
 
 def mixed_probs(rho: Array, wires: tuple[int, ...]) -> Array:
-    n = round(math.log2(rho.shape[0]))
-    ascending = tuple(sorted(wires))
-    p = K.sum_out(jnp.real(jnp.diagonal(rho)), ascending, n).reshape((2,) * len(wires))
-    return p.transpose([ascending.index(w) for w in wires]).reshape(-1).astype(real_dtype())
+    return K.marginal(jnp.real(jnp.diagonal(rho)), wires, round(math.log2(rho.shape[0])))
 
 
 def _apply_rows(rho: Array, lc: LinearCombination) -> Array:

@@ -53,15 +53,17 @@ def _format_bytes(b: float) -> str:
     return f"{b:.1f} EiB"
 
 
-def check_memory(log2_entries: int, what: str, advice: str, copies: int = 1) -> None:
-    """Raises before allocating when `copies` arrays of 2**log2_entries default-complex entries cannot fit
-    in the device's memory. `what` names the array (the message says what it needs), `advice` the way out.
-    In Python integers: exact at any size."""
+def check_memory(entries: int, what: str, advice: str, copies: int = 1) -> None:
+    """Raises before allocating when `copies` arrays of `entries` default-complex entries cannot fit in the
+    device's memory. `what` names the array (the message says what it needs), `advice` the way out. In
+    Python integers: exact at any size (`2 ** 1100` entries too)."""
     dtype = complex_dtype()
-    need = copies * 2**log2_entries * dtype.itemsize
+    need = copies * entries * dtype.itemsize
     limit = _memory_limit_bytes()
     if need > limit:
-        count = f"{copies} x 2**{log2_entries}" if copies > 1 else f"2**{log2_entries}"
+        k = entries.bit_length() - 1
+        count = f"2**{k}" if entries == 2**k else f"{entries}"
+        count = f"{copies} x {count}" if copies > 1 else count
         raise ValueError(
             f"{what} needs {_format_bytes(need)} ({count} {dtype.name} entries), but this device has "
             f"{_format_bytes(limit)}. {advice}"
@@ -72,7 +74,7 @@ def check_fits(num_wires: int) -> None:
     """Raises before allocating when a state vector of `num_wires` qubits cannot be simulated in memory:
     each gate reads one state and writes another, so two must fit."""
     check_memory(
-        num_wires,
+        2**num_wires,
         f"A {num_wires}-wire simulation (two state vectors: each gate reads one and writes the other)",
         "Use fewer wires, or a backend that does not store the full state.",
         copies=2,
@@ -815,12 +817,17 @@ def apply_observable(state: Array, lc: LinearCombination, n: int) -> Array:
     return out
 
 
+def marginal(p: Array, wires: tuple[int, ...], n: int) -> Array:
+    """The flat probabilities `p` of all `n` wires summed over the wires not in `wires`, in the order of
+    `wires` (the first one most significant)."""
+    ascending = tuple(sorted(wires))
+    m = sum_out(p, ascending, n).reshape((2,) * len(wires))
+    return m.transpose([ascending.index(w) for w in wires]).reshape(-1).astype(real_dtype())
+
+
 def marginal_probs(state: Array, wires: tuple[int, ...], n: int) -> Array:
     """Probabilities of the basis states of `wires` (in that order), summed over the other wires."""
-    ascending = tuple(sorted(wires))
-    p = sum_out(jnp.real(state * state.conj()), ascending, n).reshape((2,) * len(wires))
-    p = p.transpose([ascending.index(w) for w in wires])
-    return p.reshape(-1).astype(real_dtype())
+    return marginal(jnp.real(state * state.conj()), wires, n)
 
 
 def reduced_density_matrix(state: Array, wires: tuple[int, ...], n: int) -> Array:

@@ -385,7 +385,7 @@ def density_matrix(
     wires = _check_measured_wires(circuit, wires, "density_matrix")
     n = circuit.num_wires
     K.check_memory(
-        2 * len(wires),
+        4 ** len(wires),
         f"qfx.density_matrix: the density matrix of {len(wires)} wires",
         "Ask for fewer wires (a reduced density matrix), or use qfx.state for a pure state.",
     )

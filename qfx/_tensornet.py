@@ -464,15 +464,12 @@ class TensorNetwork(eqx.Module):
     # --- contraction ---------------------------------------------------------------------------
 
     def _check_size(self, net: _Network) -> None:
-        need = net.largest * complex_dtype().itemsize
-        limit = _kernels._memory_limit_bytes()
-        if need > limit:
-            raise ValueError(
-                f"TensorNetwork: this network's largest intermediate tensor has {net.largest:.3g} entries "
-                f"({need / 2**30:.3g} GiB) but the device has {limit / 2**30:.3g} GiB. The light cone is too "
-                "wide: use fewer layers, a more local observable, or a better path (optimize='auto-hq' "
-                "or an opt_einsum.RandomGreedy with more repeats)."
-            )
+        _kernels.check_memory(
+            net.largest,
+            "TensorNetwork: this network's largest intermediate tensor",
+            "The light cone is too wide: use fewer layers, a more local observable, or a better path "
+            "(optimize='auto-hq' or an opt_einsum.RandomGreedy with more repeats).",
+        )
 
     def _contract(self, inputs, output, path, operands: list[Array]) -> Array:
         if self.contractor == "jax":
@@ -561,7 +558,7 @@ class TensorNetwork(eqx.Module):
     def probs(self, circuit: Circuit, wires: tuple[int, ...]) -> Array:
         """Marginal probabilities of `wires` (first wire most significant). Called by `qfx.probs`."""
         _kernels.check_memory(
-            len(wires),
+            2 ** len(wires),
             f"qfx.probs: the marginal of {len(wires)} wires",
             "With backend=qfx.TensorNetwork() ask for a few wires, e.g. "
             "qfx.probs(circuit, wires=(0, 1), ...).",
