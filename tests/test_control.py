@@ -267,6 +267,24 @@ def test_postselection_and_reset():
         jax.block_until_ready(probs(impossible, mcm="exact"))
 
 
+def test_exact_mode_holds_a_run_time_check_only_when_it_post_selects():
+    # The check that the post-selected outcomes have probability above 0 is a host callback at run time,
+    # which jax.export refuses and the persistent compilation cache skips: circuits without post-selection
+    # (whose total weight is 1) must not carry it.
+    def program(postselect):
+        def f(t):
+            m = qfx.measure(0, postselect=postselect)
+            return qfx.expval(qfx.Circuit([qfx.RX(t, wires=0), m, qfx.cond(m, qfx.X(1))]), qfx.Z(1), mcm="exact")
+
+        return jax.jit(f)
+
+    plain, postselected = program(None), program(1)
+    assert "callback" not in plain.lower(jnp.float32(0.3)).as_text()
+    assert "callback" in postselected.lower(jnp.float32(0.3)).as_text()
+    np.testing.assert_allclose(float(plain(jnp.float32(0.3))), np.cos(0.3), atol=1e-6)  # P(0) - P(1)
+    np.testing.assert_allclose(float(postselected(jnp.float32(0.3))), -1.0, atol=1e-6)
+
+
 def test_sampled_mode_refuses_post_selection_after_a_drawn_outcome():
     # P(m0 = 1 | m1 = 1) is 0.83 (exact mode); forcing m1 in one trajectory leaves m0 drawn unconditioned
     # (0.31 on average over keys), so sampled mode refuses rather than return those statistics.
