@@ -578,11 +578,13 @@ class Bridge:
                     and diff[0].size == 1
                     and jnp.issubdtype(diff[0].dtype, jnp.floating)
                     and jnp.finfo(diff[0].dtype).bits >= 32
+                    and all(jnp.finfo(w.dtype).bits >= 32 for w in wrt)
                 ):
                     # A scalar loss (of any shape with one entry): its VJP is linear in the one real
                     # cotangent, so compute the gradients now, fused with the forward, and let the backward
-                    # scale them. Not in float16 or bfloat16: a gradient for a unit cotangent can underflow
-                    # or overflow there where the one for the real cotangent (a loss scale) does not.
+                    # scale them. Not when the loss or an input is float16 or bfloat16: a gradient for a unit
+                    # cotangent can underflow or overflow there where the one for the real cotangent (a loss
+                    # scale) does not, and torch would multiply it by the cotangent in that low precision.
                     seed = jnp.ones(diff[0].shape, diff[0].dtype)
                     grads = _pull(pullback, out_diff, out_avals, (seed,))
                     return outs, _Kept(grads, ("grads",))

@@ -477,6 +477,21 @@ def test_half_precision_losses_are_scaled_before_the_pullback():
         torch.testing.assert_close(bridged, x.grad, rtol=2e-2, atol=0)
 
 
+
+def test_float32_losses_of_half_precision_inputs_are_scaled_before_the_pullback():
+    """A float32 loss computed in JAX from float16 activations: the gradient of a unit cotangent, rounded to
+    float16, loses what the loss scale should save (or overflows once torch multiplies it by the scale in
+    float16); the real cotangent must enter the pullback, as for a vector output."""
+    for factor, scale in [(1e-9, 65536.0), (1e5, 0.01)]:  # 1e-9 underflows in float16, 65536 * 1e5 overflows
+        f = qt.to_torch(lambda x, factor=factor: jnp.sum(x.astype(jnp.float32) * factor))
+        x = torch.ones(4, dtype=torch.float16, requires_grad=True)
+        (f(x) * scale).backward()
+        bridged = x.grad.clone()
+        x.grad = None
+        ((x.float() * factor).sum() * scale).backward()
+        assert torch.isfinite(bridged).all() and (bridged != 0).all()
+        torch.testing.assert_close(bridged, x.grad, rtol=2e-3, atol=0)
+
 def _live_jax_bytes() -> int:
     """Bytes of the live JAX arrays on the CPU, where calls on CPU tensors run (also on a GPU machine)."""
     gc.collect()
