@@ -389,6 +389,15 @@ class TorchLayer(torch.nn.Module):
         self.diff = diff
         self._fn = to_torch(_Batched(circuit_fn, diff), jit=jit)
 
+    def __prepare_scriptable__(self):
+        # torch.jit.script calls this on every submodule before compiling it: say why it cannot work here,
+        # instead of TorchScript's complaint about the signature of torch.compiler.disable.
+        raise RuntimeError(
+            f"TorchLayer({_fn_name(self.circuit_fn)}): torch.jit.script cannot compile a layer that calls "
+            "JAX. Use the model eagerly, under torch.func transforms, or with torch.compile (the layer is "
+            "a graph break; not with fullgraph=True)."
+        )
+
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         if torch.compiler.is_compiling():  # as in `to_torch`: outside TorchDynamo's graph
             return torch.compiler.disable(self._forward)(inputs)

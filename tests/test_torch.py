@@ -739,6 +739,13 @@ def layer_circuit(inputs, theta, phi, diff=BACKPROP):
 SHAPES = {"theta": (2, 2), "phi": ()}
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")  # torch >= 2.13
+def test_torchscript_of_a_model_with_a_layer_names_the_layer():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2), qt.TorchLayer(layer_circuit, SHAPES))
+    with pytest.raises(RuntimeError, match=r"TorchLayer\(layer_circuit\): torch.jit.script cannot"):
+        torch.jit.script(model)
+
+
 def test_layer_runs_the_batch_as_one_vmapped_call():
     seen = []
 
