@@ -46,6 +46,7 @@ from ._custom_types import (
     real_dtype,
     static_count,
     tolerance,
+    with_auto_axes,
 )
 from ._gates import AbstractGate, AbstractOperation
 from ._observables import LinearCombination
@@ -582,6 +583,7 @@ def control_sample(circuit: Circuit, psi0: Array, *, key, shots: int, wires, mcm
     return _bits(idx, len(wires))
 
 
+@with_auto_axes
 def outcome_probs(
     circuit: Circuit,
     measurements: "MidMeasure | Sequence[MidMeasure]",
@@ -699,6 +701,7 @@ def _num_wires_of(state, fn: str) -> int:
     return n
 
 
+@with_auto_axes
 def apply(op: "AbstractOperation | Circuit", state: Array, *, key: PRNGKeyArray | None = None) -> Array:
     """Applies an operation (or a circuit) to a state vector: quantum programs as JAX functions.
 
@@ -747,6 +750,7 @@ def apply(op: "AbstractOperation | Circuit", state: Array, *, key: PRNGKeyArray 
     return _trajectory(ops, state, n, key, program, "apply")[0]
 
 
+@with_auto_axes
 def measure_state(
     state: Array, wire: int, *, key: PRNGKeyArray, reset: bool = False, postselect: int | None = None
 ) -> tuple[Array, Array]:

@@ -1,6 +1,7 @@
 """Type aliases, the default dtypes (which follow `jax_enable_x64`) and the precision of contractions."""
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -184,3 +185,35 @@ def check_wires(name: str, wires, expected: int | None) -> tuple[int, ...]:
     if not wires:
         raise ValueError(f"{name}: needs at least one wire.")
     return wires
+
+
+def with_auto_axes(fn: Callable) -> Callable:
+    """`fn` (a public entry point) run with the current mesh's Explicit axes made Auto.
+
+    Under explicit sharding (`jax.make_mesh`'s default axis type, with `jax.set_mesh`), every reshape,
+    gather and scatter of a sharded array must say how its output is sharded, which qfx's kernels, written
+    for any state size, do not. A batch of circuits sharded over devices then failed inside them. Inside
+    `fn` the axes are Auto (XLA chooses the layouts) and the results come back replicated; outside a mesh
+    with Explicit axes nothing changes.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        explicit = jax.sharding.get_abstract_mesh().explicit_axes
+        if not explicit:
+            return fn(*args, **kwargs)
+        leaves, treedef = jax.tree.flatten((args, kwargs))
+        at = [i for i, x in enumerate(leaves) if isinstance(x, jax.Array)]
+
+        def inner(arrays):
+            full = list(leaves)
+            for i, x in zip(at, arrays, strict=True):
+                full[i] = x
+            a, k = jax.tree.unflatten(treedef, full)
+            return fn(*a, **k)
+
+        return jax.sharding.auto_axes(inner, axes=explicit, out_sharding=jax.sharding.PartitionSpec())(
+            [leaves[i] for i in at]
+        )
+
+    return wrapper

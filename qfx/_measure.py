@@ -34,6 +34,7 @@ from ._custom_types import (
     real_dtype,
     static_count,
     static_wires,
+    with_auto_axes,
 )
 from ._observables import (
     AbstractObservable,
@@ -200,6 +201,7 @@ def _check_shots(shots, key, fn: str) -> int:
 # --- public entry points ------------------------------------------------------------------------
 
 
+@with_auto_axes
 def state(
     circuit: Circuit,
     *,
@@ -224,6 +226,7 @@ def state(
     return diff(lambda psi, _: psi, circuit, initial_state_of(circuit, initial_state), None)
 
 
+@with_auto_axes
 def probs(
     circuit: Circuit,
     wires: int | Sequence[int] | None = None,
@@ -257,6 +260,7 @@ def probs(
     return diff(measure, circuit, initial_state_of(circuit, initial_state), None)
 
 
+@with_auto_axes
 def expval(
     circuit: Circuit,
     observable: AbstractObservable | Sequence[AbstractObservable],
@@ -319,6 +323,7 @@ def expval(
     return out[0] if single else out
 
 
+@with_auto_axes
 def var(
     circuit: Circuit,
     observable: AbstractObservable | Sequence[AbstractObservable],
@@ -366,6 +371,7 @@ def _without_identity(lc: LinearCombination) -> LinearCombination:
     return LinearCombination(lc.coeffs[np.asarray(keep, np.int32)], [lc.terms[i] for i in keep])
 
 
+@with_auto_axes
 def density_matrix(
     circuit: Circuit,
     wires: int | Sequence[int] | None = None,
@@ -399,6 +405,7 @@ def density_matrix(
     return diff(measure, circuit, initial_state_of(circuit, initial_state), None)
 
 
+@with_auto_axes
 def sample(
     circuit: Circuit,
     *,

@@ -36,7 +36,15 @@ import opt_einsum
 from . import _cutensornet, _kernels
 from ._circuit import Circuit, Repeat, check_circuit
 from ._control_run import has_control, run_control
-from ._custom_types import EXACT, as_dtype, as_numeric, complex_dtype, is_concrete, real_dtype
+from ._custom_types import (
+    EXACT,
+    as_dtype,
+    as_numeric,
+    complex_dtype,
+    is_concrete,
+    real_dtype,
+    with_auto_axes,
+)
 from ._gates import AbstractGate
 from ._observables import Hermitian, LinearCombination, PauliWord
 from .diff import AbstractDiffMethod, Backprop, FiniteDiff, ParameterShift
@@ -701,6 +709,7 @@ def _bitstring(circuit: Circuit, bitstring) -> Array:
     return eqx.error_if(bits, jnp.any((bits != 0) & (bits != 1)), "qfx.amplitude: bits must be 0 or 1.")
 
 
+@with_auto_axes
 def amplitude(
     circuit: Circuit,
     bitstring: str | ArrayLike,

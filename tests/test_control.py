@@ -274,7 +274,9 @@ def test_exact_mode_holds_a_run_time_check_only_when_it_post_selects():
     def program(postselect):
         def f(t):
             m = qfx.measure(0, postselect=postselect)
-            return qfx.expval(qfx.Circuit([qfx.RX(t, wires=0), m, qfx.cond(m, qfx.X(1))]), qfx.Z(1), mcm="exact")
+            return qfx.expval(
+                qfx.Circuit([qfx.RX(t, wires=0), m, qfx.cond(m, qfx.X(1))]), qfx.Z(1), mcm="exact"
+            )
 
         return jax.jit(f)
 

@@ -207,3 +207,26 @@ def test_numpy_scalars_in_static_fields():
     rot = qfx.PauliRot(0.1, np.str_("XZ"), (0, 1))
     assert type(rot.pauli_word) is str
     np.testing.assert_allclose(rot.matrix(), qfx.PauliRot(0.1, "XZ", (0, 1)).matrix())
+
+
+def test_batches_sharded_with_explicit_axes():
+    """`jax.make_mesh` makes Explicit axes by default; under `jax.set_mesh`, a batch sharded over them runs
+    qfx's kernels (reshapes, gathers, scatters) with the axes made Auto instead of failing in them. A mesh
+    of this machine's one device types the batch as sharded all the same."""
+    from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: PLC0415 - this test only
+
+    mesh = jax.make_mesh((1,), ("b",))
+    ts = np.linspace(0.1, 0.8, 4, dtype=np.float32)
+    batch = jax.device_put(jnp.asarray(ts), NamedSharding(mesh, P("b")))
+    keys = jax.device_put(jax.random.split(jax.random.key(0), 4), NamedSharding(mesh, P("b")))
+    c = lambda t: qfx.Circuit([qfx.RX(t, wires=0), qfx.CNOT((0, 1)), qfx.RY(t, wires=1)])  # noqa: E731
+    f = lambda t: qfx.expval(c(t), qfx.Z(1))  # noqa: E731 - <Z1> = cos(t)^2
+    with jax.set_mesh(mesh):
+        values = jax.jit(jax.vmap(f))(batch)
+        adjoint = lambda t: qfx.expval(c(t), qfx.Z(1), diff=qfx.diff.Adjoint())  # noqa: E731
+        grads = jax.jit(jax.vmap(jax.grad(adjoint)))(batch)
+        bits = jax.jit(jax.vmap(lambda k: qfx.sample(c(0.3), key=k, shots=8)))(keys)
+    np.testing.assert_allclose(np.asarray(values), np.cos(ts) ** 2, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(grads), -np.sin(2 * ts), atol=1e-6)
+    expected = jax.vmap(lambda k: qfx.sample(c(0.3), key=k, shots=8))(jax.random.split(jax.random.key(0), 4))
+    np.testing.assert_array_equal(np.asarray(bits), np.asarray(expected))

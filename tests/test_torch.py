@@ -477,7 +477,6 @@ def test_half_precision_losses_are_scaled_before_the_pullback():
         torch.testing.assert_close(bridged, x.grad, rtol=2e-2, atol=0)
 
 
-
 def test_float32_losses_of_half_precision_inputs_are_scaled_before_the_pullback():
     """A float32 loss computed in JAX from float16 activations: the gradient of a unit cotangent, rounded to
     float16, loses what the loss scale should save (or overflows once torch multiplies it by the scale in
@@ -491,6 +490,7 @@ def test_float32_losses_of_half_precision_inputs_are_scaled_before_the_pullback(
         ((x.float() * factor).sum() * scale).backward()
         assert torch.isfinite(bridged).all() and (bridged != 0).all()
         torch.testing.assert_close(bridged, x.grad, rtol=2e-3, atol=0)
+
 
 def _live_jax_bytes() -> int:
     """Bytes of the live JAX arrays on the CPU, where calls on CPU tensors run (also on a GPU machine)."""
