@@ -226,6 +226,14 @@ def test_batches_sharded_with_explicit_axes():
         adjoint = lambda t: qfx.expval(c(t), qfx.Z(1), diff=qfx.diff.Adjoint())  # noqa: E731
         grads = jax.jit(jax.vmap(jax.grad(adjoint)))(batch)
         bits = jax.jit(jax.vmap(lambda k: qfx.sample(c(0.3), key=k, shots=8)))(keys)
+        # What needs no reshape of sharded arrays runs as it did: a loop body closing over an array (which
+        # auto_axes would not see), second derivatives outside jit.
+        thetas = jnp.array([0.1, 0.2])
+        loop = qfx.Circuit([qfx.for_loop(2, lambda i: [qfx.RX(thetas[i], wires=0)])], num_wires=1)
+        looped = qfx.expval(loop, qfx.Z(0))
+        curvature = jax.hessian(f)(jnp.float32(0.3))
+    np.testing.assert_allclose(float(looped), np.cos(0.3), atol=1e-6)
+    np.testing.assert_allclose(float(curvature), -2 * np.cos(0.6), atol=1e-5)  # d^2/dt^2 cos(t)^2
     np.testing.assert_allclose(np.asarray(values), np.cos(ts) ** 2, atol=1e-6)
     np.testing.assert_allclose(np.asarray(grads), -np.sin(2 * ts), atol=1e-6)
     expected = jax.vmap(lambda k: qfx.sample(c(0.3), key=k, shots=8))(jax.random.split(jax.random.key(0), 4))
