@@ -771,16 +771,22 @@ def _word_values_jvp(flipping, primals, tangents):
     return jax.lax.scan(step, None, (flips, signs, phases))[1]
 
 
-def _scanned_expvals(state: Array, words: tuple[Word, ...], n: int) -> Array:
-    """`pauli_expvals` one word per step of a `lax.scan` (`_word_values`): words made only of Z letters in
-    one scan (a sign per entry), the others in another (a gather each)."""
-    flips, signs, phases = _word_masks(words, n, state.dtype)
-    parts, order = [], []
+def _by_flipping(flips: np.ndarray):
+    """`(flipping, indices)` for the words that flip no wire (Z letters only: a sign per entry, no gather)
+    and for those that do, leaving out an empty group: each group is one scan."""
     for flipping in (False, True):
         at = np.flatnonzero((flips != 0) == flipping)
         if at.size:
-            parts.append(_word_values(state, flips[at], signs[at], phases[at], flipping))
-            order.append(at)
+            yield flipping, at
+
+
+def _scanned_expvals(state: Array, words: tuple[Word, ...], n: int) -> Array:
+    """`pauli_expvals` one word per step of a `lax.scan` (`_word_values`), in two scans (`_by_flipping`)."""
+    flips, signs, phases = _word_masks(words, n, state.dtype)
+    parts, order = [], []
+    for flipping, at in _by_flipping(flips):
+        parts.append(_word_values(state, flips[at], signs[at], phases[at], flipping))
+        order.append(at)
     values = jnp.concatenate(parts)[np.argsort(np.concatenate(order))]
     return values.astype(real_dtype())
 
@@ -794,10 +800,7 @@ def apply_observable(state: Array, lc: LinearCombination, n: int) -> Array:
     if scanned:
         flips, signs, phases = _word_masks(tuple(lc.terms[k].word for k in at), n, state.dtype)
         coeffs = lc.coeffs[np.asarray(at)].astype(state.dtype)
-        for flipping in (False, True):  # words of Z letters only need no gather
-            sub = np.flatnonzero((flips != 0) == flipping)
-            if not sub.size:
-                continue
+        for flipping, sub in _by_flipping(flips):
 
             @jax.checkpoint  # keeps no index array per word for the backward pass
             def step(acc, term, flipping=flipping):
@@ -807,9 +810,9 @@ def apply_observable(state: Array, lc: LinearCombination, n: int) -> Array:
             terms = (jnp.asarray(flips[sub]), jnp.asarray(signs[sub]), jnp.asarray(phases[sub]), coeffs[sub])
             out = jax.lax.scan(step, out, terms)[0]
     for k, t in enumerate(lc.terms):  # indexed: iterating a concrete array of > 100 entries under jit traces
+        if isinstance(t, PauliWord) and scanned:
+            continue
         if isinstance(t, PauliWord):
-            if scanned:
-                continue
             term = apply_pauli_word(state, t.word, n)
         else:
             term = apply_matrix(state, t.matrix.astype(state.dtype), t.wires, n)
