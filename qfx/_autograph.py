@@ -15,6 +15,7 @@ supplies those operators:
 What cannot be converted raises an error naming the source line; nothing falls back to an unrolled loop.
 """
 
+import ast
 import functools
 import importlib.util  # noqa: F401  (malt's converter uses importlib.util without importing it)
 import inspect
@@ -72,7 +73,6 @@ class _Converter(malt_api.PyToPy):
                 if_stmt=_if_stmt,
                 while_stmt=_while_stmt,
                 converted_call=_converted_call,
-                list_append=_list_append,
                 if_exp=_if_exp,
                 not_=_not,
                 and_=_and,
@@ -81,10 +81,11 @@ class _Converter(malt_api.PyToPy):
             self._extra_locals = {"ag__": ours}
         return self._extra_locals
 
+    def transform_ast(self, node, ctx):
+        return super().transform_ast(_InPlaceUpdates().visit(node), ctx)
+
     def convert(self, fn):
-        options = converter.ConversionOptions(
-            recursive=True, user_requested=True, optional_features=(converter.Feature.LISTS,)
-        )
+        options = converter.ConversionOptions(recursive=True, user_requested=True, optional_features=())
         converted, module, source_map = self.transform(fn, converter.ProgramContext(options=options))
         self.source_maps[module.__file__] = source_map
         return converted
@@ -127,7 +128,10 @@ def autograph(fn: _F) -> _F:
 
     Not converted, with an error naming the line: `break` (or `return`) inside a converted loop,
     variables first assigned inside a converted loop or in only one branch, and branches or iterations
-    that give a variable different types. A loop that appends operations cannot also update arrays.
+    that give a variable different types, and a function called inside a converted loop or branch that
+    changes a list of the caller in place (traced once, it would append one iteration's operations). A loop
+    that appends operations cannot also update arrays. Lists, dicts and arrays changed in place otherwise
+    behave as in Python (a helper's `ops.append` reaches the caller's list).
 
     Gradients: `lax.fori_loop` and `lax.while_loop` with traced bounds allow only forward mode
     (`jax.jvp`, `jax.jacfwd`); `lax.cond` allows both. `malt.experimental.set_loop_options(
@@ -211,13 +215,162 @@ class _TracedRange:
         return (self.start + k * self.step).astype(jnp.int32)
 
 
-def _list_append(list_, x):
-    # A new list, not an in-place append: a converted body runs more than once (once per branch, or to
-    # trace a loop), and each run must start from the same list.
-    if isinstance(list_, list):
-        return [*list_, x]
-    list_.append(x)
-    return list_
+# --- containers changed in place -------------------------------------------------------------------
+
+# Methods that change a list, dict or set in place.
+_MUTATORS = frozenset(
+    "append extend insert pop remove clear sort reverse update setdefault popitem add discard".split()
+)
+
+
+class _InPlaceUpdates(ast.NodeTransformer):
+    """Marks in-place updates of a function's own variables (`ops.append(x)`, `d[k] = v`, `x[i] += 1`) with
+    a rebinding `name = name` after the statement.
+
+    malt takes the state of a converted loop or branch from the names it assigns; a list that a branch
+    only appends to would not be part of it, and both branches (traced once each) would append to the same
+    list. Marked, the name is state: the operators here hand each run of a body its own copy, and Python's
+    semantics are otherwise unchanged (the list is changed in place, aliases see it, a helper that appends
+    to a list it is given appends to the caller's). Names that a nested function only reads from the
+    enclosing one are not marked (an assignment would make them local to it).
+    """
+
+    def visit_FunctionDef(self, node):
+        bound = _bound_names(node)
+        node.body = self._block(node.body, bound)
+        return node
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def _block(self, statements, bound: set[str]) -> list:
+        out = []
+        for stmt in statements:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                out.append(self.visit(stmt))
+                continue
+            for field in ("body", "orelse", "finalbody"):
+                if isinstance(getattr(stmt, field, None), list):
+                    setattr(stmt, field, self._block(getattr(stmt, field), bound))
+            for handler in getattr(stmt, "handlers", []):
+                handler.body = self._block(handler.body, bound)
+            for case in getattr(stmt, "cases", []):
+                case.body = self._block(case.body, bound)
+            out.append(stmt)
+            compound = hasattr(stmt, "body")
+            for name in sorted(_updated_in_place(stmt, compound) & bound):
+                mark = ast.Assign(
+                    targets=[ast.Name(name, ast.Store())], value=ast.Name(name, ast.Load()), lineno=0
+                )
+                out.append(ast.fix_missing_locations(ast.copy_location(mark, stmt)))
+        return out
+
+
+def _updated_in_place(stmt, compound: bool) -> set[str]:
+    """Names whose value `stmt` changes in place (in its own expressions, not in a compound statement's
+    body, which is marked statement by statement)."""
+    nodes = []
+    if compound:  # the test of an `if` / `while`, the iterable of a `for`, the items of a `with`
+        for field in ("test", "iter", "items", "subject"):
+            value = getattr(stmt, field, None)
+            nodes.extend(value if isinstance(value, list) else [value] if value is not None else [])
+    else:
+        nodes.append(stmt)
+    names = set()
+    for root in nodes:
+        for node in ast.walk(root):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in _MUTATORS
+                and isinstance(node.func.value, ast.Name)
+            ):
+                names.add(node.func.value.id)
+            targets = []
+            if isinstance(node, (ast.Assign, ast.Delete)):
+                targets = node.targets
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                targets = [node.target]
+            for target in targets:
+                if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+                    names.add(target.value.id)
+    return names
+
+
+def _bound_names(fn) -> set[str]:
+    """The names local to `fn`: its parameters and what its own body binds (not nested functions')."""
+    args = fn.args
+    names = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
+    names |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
+    declared = set()
+    stack = list(fn.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Global, ast.Nonlocal)):
+            declared |= set(node.names)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            continue
+        elif isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            continue
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+        stack.extend(ast.iter_child_nodes(node))
+    return names - declared
+
+
+def _fresh(value):
+    """A copy of `value`'s containers (lists, dicts, tuples, modules) and NumPy arrays, sharing the rest:
+    what one run of a converted body may change in place without touching the other runs' values."""
+    return jax.tree.map(lambda x: x.copy() if isinstance(x, np.ndarray) else x, value)
+
+
+def _same(a, b) -> bool:
+    if jax.tree.structure(a) != jax.tree.structure(b):
+        return False
+    return all(
+        x is y or (isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and np.array_equal(x, y))
+        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
+    )
+
+
+def _outer_containers(state_names, *fns) -> list[tuple[str, object, object]]:
+    """The lists, dicts and sets that the converted `fns` (a body, a branch) reach through their
+    closures, directly or through a nested function they call, with a copy of their contents; not the
+    loop's or branch's state (`state_names`), which each run gets a copy of."""
+    found, seen, stack = [], set(), [(f, 0) for f in fns]
+    while stack:
+        fn, depth = stack.pop()
+        if id(fn) in seen or not callable(fn):
+            continue
+        seen.add(id(fn))
+        code, cells = getattr(fn, "__code__", None), getattr(fn, "__closure__", None) or ()
+        for name, cell in zip(code.co_freevars if code else (), cells, strict=False):
+            try:
+                value = cell.cell_contents
+            except ValueError:  # not assigned yet
+                continue
+            if isinstance(value, (list, dict, set)) and name not in state_names:
+                found.append((name, value, value.copy()))
+            elif inspect.isfunction(value) and depth < 2:
+                stack.append((value, depth + 1))
+    return found
+
+
+def _check_untouched(containers, where: str) -> None:
+    for name, value, before in containers:
+        if len(value) != len(before) or (
+            isinstance(value, list) and any(x is not y for x, y in zip(value, before, strict=True))
+        ):
+            raise _error(
+                ValueError,
+                f"`{name}` is changed in place by a function called inside {where}; a converted loop or "
+                f"branch sees only the updates its own statements make. Update `{name}` there (e.g. "
+                f"`{name} += helper(...)`, with `helper` returning the operations), or use a static range.",
+            )
 
 
 # --- helpers for the loop state -----------------------------------------------------------------------
@@ -278,7 +431,7 @@ def _check_same_types(names, before, after, where: str) -> None:
 def _ops_of_body(run, init, lists, names, where: str) -> tuple[int, list]:
     """Runs `run()` (a loop body or branch) from fresh empty operation lists, and returns which list it
     appended to and the operations it appended."""
-    start = tuple([] if k in lists else v for k, v in enumerate(init))
+    start = tuple([] if k in lists else _fresh(v) for k, v in enumerate(init))
     out = run(start)
     changed = [k for k in lists if out[k]]
     for k in changed:
@@ -291,13 +444,13 @@ def _ops_of_body(run, init, lists, names, where: str) -> tuple[int, list]:
                 "collect values, write them into an array (`x = x.at[i].set(...)`), or use a static range.",
             )
     for k, (a, b) in enumerate(zip(init, out, strict=True)):
-        if k not in lists and a is not b and names[k] not in ("do_return", "retval_"):
+        if k not in lists and not _same(a, b) and names[k] not in ("do_return", "retval_"):
             raise _error(
                 ValueError,
                 f"{where} appends operations to a circuit, so it cannot also update `{names[k]}`: compute "
                 "values from the loop index or before the loop.",
             )
-        if names[k] in ("do_return", "retval_") and a is not b:
+        if names[k] in ("do_return", "retval_") and not _same(a, b):
             raise _error(ValueError, f"a `return` inside {where} that builds a circuit is not supported.")
     if len(changed) > 1:
         raise _error(ValueError, f"{where} appends to several lists of operations; use one list.")
@@ -323,8 +476,10 @@ def _for_stmt(iter_, extra_test, body, get_state, set_state, symbol_names, opts)
     init = get_state()
     _check_defined(symbol_names, init, "a `for` loop over a traced range")
     lists = _op_lists(init)
+    containers = _outer_containers(symbol_names, body)
     if lists:
         _for_circuit(iter_, body, get_state, set_state, symbol_names, init, lists)
+        _check_untouched(containers, "a `for` loop over a traced range")
         return
     carry = _as_carry(symbol_names, init)
 
@@ -336,7 +491,9 @@ def _for_stmt(iter_, extra_test, body, get_state, set_state, symbol_names, opts)
         _check_same_types(symbol_names, carry, out, "an iteration of the `for` loop")
         return tuple(out)
 
-    set_state(jax.lax.fori_loop(jnp.int32(0), iter_.count(), step, carry))
+    out = jax.lax.fori_loop(jnp.int32(0), iter_.count(), step, carry)
+    _check_untouched(containers, "a `for` loop over a traced range")
+    set_state(out)
 
 
 def _for_circuit(iter_, body, get_state, set_state, names, init, lists):
@@ -357,8 +514,8 @@ def _for_circuit(iter_, body, get_state, set_state, names, init, lists):
 
     # The closure (parameters computed outside the loop, traced or not) becomes the body's leaves.
     body_fn = eqx.filter_closure_convert(iteration_ops, zero)
-    loop = for_loop(iter_.count(), body_fn)
-    set_state(tuple([*v, loop] if k == target else v for k, v in enumerate(init)))
+    init[target].append(for_loop(iter_.count(), body_fn))  # in place, as Python's loop would
+    set_state(init)
 
 
 # --- if -----------------------------------------------------------------------------------------------
@@ -372,8 +529,11 @@ def _if_stmt(cond_, body, orelse, get_state, set_state, symbol_names, nouts):
         return
     init = get_state()
     lists = _op_lists(init)
+    containers = _outer_containers(symbol_names, body, orelse)
+    where = "an `if` on a traced or measured value"
     if measured or lists:
         _if_circuit(cond_, body, orelse, set_state, get_state, symbol_names, init, lists)
+        _check_untouched(containers, where)
         return
     pred = jnp.asarray(cond_)
     if pred.shape != ():
@@ -383,7 +543,7 @@ def _if_stmt(cond_, body, orelse, get_state, set_state, symbol_names, nouts):
 
     def branch(fn, force):
         def run(_):
-            set_state(init)
+            set_state(_fresh(init))
             fn()
             out = get_state()
             _check_defined(symbol_names, out, "an `if` on a traced value")
@@ -417,6 +577,7 @@ def _if_stmt(cond_, body, orelse, get_state, set_state, symbol_names, nouts):
             f"the branches of an `if` on a traced value give different types to {', '.join(symbol_names)} "
             f"(or return different types): {e}",
         ) from e
+    _check_untouched(containers, where)
     set_state(eqx.combine(out, static_true))
 
 
@@ -442,24 +603,27 @@ def _if_circuit(cond_, body, orelse, set_state, get_state, names, init, lists):
     if ops_true and ops_false and k_true != k_false:
         raise _error(ValueError, "the branches of the `if` append to different lists of operations.")
     target = k_true if ops_true else k_false
-    op = cond(cond_, ops_true, ops_false or None)
-    set_state(tuple([*v, op] if k == target else v for k, v in enumerate(init)))
+    init[target].append(cond(cond_, ops_true, ops_false or None))
+    set_state(init)
 
 
 # --- while --------------------------------------------------------------------------------------------
 
 
 def _while_stmt(test, body, get_state, set_state, symbol_names, opts):
-    if any(name.startswith("break_") for name in symbol_names):
-        if _is_measurement(test()) or _is_traced(test()):
-            raise _error(
-                ValueError,
-                "`break` inside a `while` loop on a traced or measured condition cannot be converted; put "
-                "the exit condition into the loop's condition.",
-            )
-    first = test()
+    first = test()  # once, as Python does before the first iteration (it may have side effects)
+    converted = _is_measurement(first) or _is_traced(first)
+    if converted and any(name.startswith("break_") for name in symbol_names):
+        raise _error(
+            ValueError,
+            "`break` inside a `while` loop on a traced or measured condition cannot be converted; put "
+            "the exit condition into the loop's condition.",
+        )
+    containers = _outer_containers(symbol_names, test, body)
+    where = "a `while` loop on a traced or measured condition"
     if _is_measurement(first):
         _while_circuit(first, body, get_state, set_state, symbol_names, opts)
+        _check_untouched(containers, where)
         return
     if not _is_traced(first):
         iterations = 0
@@ -502,7 +666,9 @@ def _while_stmt(test, body, get_state, set_state, symbol_names, opts):
         _check_same_types(symbol_names, carry, out, "an iteration of the `while` loop")
         return tuple(out)
 
-    set_state(jax.lax.while_loop(cond_fn, body_fn, carry))
+    out = jax.lax.while_loop(cond_fn, body_fn, carry)
+    _check_untouched(containers, where)
+    set_state(out)
 
 
 def _while_circuit(condition, body, get_state, set_state, names, opts):
@@ -520,8 +686,8 @@ def _while_circuit(condition, body, get_state, set_state, names, opts):
         return get_state()
 
     target, ops = _ops_of_body(run, init, lists, names, "a `while` loop on a measured value")
-    loop = while_loop(condition, ops, max_iterations=opts.get("maximum_iterations"))
-    set_state(tuple([*v, loop] if k == target else v for k, v in enumerate(init)))
+    init[target].append(while_loop(condition, ops, max_iterations=opts.get("maximum_iterations")))
+    set_state(init)
 
 
 # --- expressions --------------------------------------------------------------------------------------

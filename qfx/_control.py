@@ -401,6 +401,12 @@ def _traced_index(value, what: str) -> Array:
         raise ValueError(f"{what}: the predicate or index must be a scalar, got shape {value.shape}.")
     if jnp.issubdtype(value.dtype, jnp.inexact):
         raise TypeError(f"{what}: the predicate or index must be a bool or an int, got dtype {value.dtype}.")
+    exact = 2 ** (np.finfo(real_dtype()).nmant + 1)  # the float leaf holds integers up to this exactly
+    if not isinstance(value, jax.core.Tracer) and abs(int(value)) > exact:
+        raise ValueError(
+            f"{what}: {int(value)} is above {exact}, the largest integer that the {real_dtype()} leaf "
+            "holding it represents exactly; enable jax_enable_x64 for larger ones."
+        )
     return as_dtype(value, real_dtype())
 
 
@@ -576,7 +582,8 @@ class ForLoop(AbstractControlOperation):
     - `body`: a callable pytree (its array leaves are parameters) mapping an int32 index to operations.
     - `length`: the static number of iterations, or None when `num_iterations` is given.
     - `num_iterations`: the traced number of iterations (an int given to `qfx.for_loop`), held as a float
-      scalar leaf (rounded when run), or None; like `Cond.index`, keep it out of weight decay.
+      scalar leaf (rounded when run; exact up to 2**24 in float32), or None; like `Cond.index`, keep it out
+      of weight decay.
     """
 
     body: Callable

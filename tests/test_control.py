@@ -265,6 +265,13 @@ def test_postselection_and_reset():
         jax.block_until_ready(probs(impossible, mcm="sampled", key=jax.random.key(0)))
     with pytest.raises(Exception, match="post-selected outcomes have probability 0"):  # not NaN
         jax.block_until_ready(probs(impossible, mcm="exact"))
+    # Probability 0 up to rounding: RX(pi)|0> leaves ~2e-15 on |0> in float32, which renormalised would
+    # pass for a state; both modes refuse it.
+    rounded = qfx.Circuit([qfx.RX(math.pi, wires=0), qfx.measure(0, postselect=0), qfx.H(1)])
+    with pytest.raises(Exception, match="post-selected outcome has probability 0"):
+        jax.block_until_ready(probs(rounded, mcm="sampled", key=jax.random.key(0)))
+    with pytest.raises(Exception, match="post-selected outcomes have probability 0"):
+        jax.block_until_ready(probs(rounded, mcm="exact"))
 
 
 def test_exact_mode_holds_a_run_time_check_only_when_it_post_selects():
@@ -982,6 +989,13 @@ def test_traced_index_and_trip_count_are_rounded():
         )
 
 
+def test_traced_trip_count_above_the_exact_float_range_is_refused():
+    exact = 2 ** (np.finfo(np.dtype(jax.dtypes.canonicalize_dtype(jnp.float64))).nmant + 1)
+    with pytest.raises(ValueError, match=f"qfx.for_loop: {exact + 1} is above {exact}"):
+        qfx.for_loop(jnp.int32(exact + 1), lambda i: [qfx.X(0)])
+    assert int(qfx.for_loop(jnp.int32(exact), lambda i: [qfx.X(0)]).num_iterations) == exact
+
+
 def test_autograph_helpers_are_converted():
     def helper(state, n):
         for _ in range(n):
@@ -994,6 +1008,87 @@ def test_autograph_helpers_are_converted():
 
     assert "while" in _primitives(jax.make_jaxpr(f)(3).jaxpr)
     np.testing.assert_allclose(np.abs(np.asarray(jax.jit(f)(3))), [0, 1], atol=1e-6)
+
+
+def _add_layer(ops, theta):
+    """A helper that appends to the list it is given, as plain Python code does."""
+    ops.append(qfx.RY(theta, wires=0))
+    ops.append(qfx.CNOT(wires=(0, 1)))
+
+
+def test_autograph_keeps_in_place_updates():
+    """Converted code changes lists, dicts and arrays in place as Python does: a helper's appends reach the
+    caller's list, aliases see them, a nested function appends to the enclosing list, `c[w] += 1` works;
+    inside an `if` on a traced value, each branch updates its own copy."""
+
+    def build(theta):
+        ops = [qfx.H(1)]
+        _add_layer(ops, theta)
+
+        def layer(t):
+            ops.append(qfx.RX(t, wires=1))
+
+        layer(theta)
+        alias = ops
+        alias.extend([qfx.Z(0)])
+        return qfx.Circuit(ops)
+
+    plain, converted = build(0.3), qfx.autograph(build)(0.3)
+    assert [type(op) for op in converted.ops] == [type(op) for op in plain.ops]
+    assert len(plain.ops) == 5
+    np.testing.assert_allclose(np.asarray(probs(converted)), np.asarray(probs(plain)), atol=1e-6)
+
+    @qfx.autograph
+    def counts(wires):
+        c = np.zeros(3, int)
+        for w in wires:
+            c[w] += 1
+        return c
+
+    np.testing.assert_array_equal(counts([0, 2, 2]), [1, 0, 2])
+
+    @qfx.autograph
+    def branch(x):
+        ops = [qfx.H(0)]
+        d = {"v": jnp.float32(0.0)}
+        if x > 0:
+            ops.extend([qfx.X(1)])
+        if x > 0:
+            d["v"] = jnp.float32(5.0)
+        return qfx.probs(qfx.Circuit(ops, num_wires=2)), d["v"]
+
+    for x, expected, v in ((-1.0, [0.5, 0, 0.5, 0], 0.0), (1.0, [0, 0.5, 0, 0.5], 5.0)):
+        p, value = jax.jit(branch)(x)
+        np.testing.assert_allclose(np.asarray(p), expected, atol=1e-6)
+        assert float(value) == v
+
+
+def test_autograph_while_evaluates_its_condition_as_python_does():
+    calls = []
+
+    def more(k):
+        calls.append(k)
+        return k < 3
+
+    @qfx.autograph
+    def loop():
+        k = 0
+        while more(k):
+            k += 1
+            if k > 10:
+                break
+        return k
+
+    assert loop() == 3
+    assert calls == [0, 1, 2, 3]
+
+
+@qfx.autograph
+def _helper_in_traced_loop(thetas, n):
+    ops = [qfx.H(1)]
+    for i in range(n):
+        _add_layer(ops, thetas[i])
+    return qfx.Circuit(ops)
 
 
 @qfx.autograph
@@ -1049,6 +1144,9 @@ def test_autograph_errors_name_the_line():
         jax.make_jaxpr(_type_changes)(1.0, 3)
     with pytest.raises(ValueError, match=r"`while x < 10.0:`.*`break` inside a `while` loop"):
         jax.make_jaxpr(_while_break)(1.0)
+    # A helper appending to a list inside a traced loop: traced once, it would append one layer.
+    with pytest.raises(ValueError, match=r"`ops` is changed in place by a function called inside a `for`"):
+        jax.make_jaxpr(lambda t, n: qfx.probs(_helper_in_traced_loop(t, n)))(jnp.zeros(3), 3)
     with pytest.raises(TypeError, match="expected a Python function"):
         qfx.autograph(len)
     namespace: dict = {}
