@@ -94,7 +94,8 @@ class _Program:
 
     def __init__(self, ops):
         self.slots: dict = {}
-        self.referenced: list = []
+        self.referenced: list = []  # (register key, reference) of every read
+        self.read_early: list = []  # the references read before their measurement runs
         self.num_measurements = 0
         # Post-selection that an outcome drawn at random may precede (see `simulate`): the first such one.
         self.drawn, self.postselected = 0, 0
@@ -110,6 +111,18 @@ class _Program:
                 "circuit; "
                 "put the qfx.measure(...) operation in the circuit before the condition that reads it."
             )
+        if self.read_early:
+            raise ValueError(
+                f"A condition reads the outcome {_format(self.read_early[0])} before that measurement runs "
+                "(it would read 0); put the qfx.measure(...) operation before the condition that reads it."
+            )
+
+    def _read(self, expr, alias) -> None:
+        for r in _expr_refs(expr):
+            key = alias.get(r[2].token)
+            self.referenced.append((key, r))
+            if key not in self.slots:
+                self.read_early.append(r)
 
     def _visit(self, ops, alias, path):
         for j, op in enumerate(ops):
@@ -131,11 +144,11 @@ class _Program:
                 self._visit_loop(body.ops, alias, p)
             elif isinstance(op, Cond):
                 if op.expr is not None:
-                    self.referenced += [(alias.get(r[2].token), r) for r in _expr_refs(op.expr)]
+                    self._read(op.expr, alias)
                 for k, b in enumerate(op.branches):
                     self._visit(b.ops, alias, p + (k,))
             elif isinstance(op, WhileLoop):
-                self.referenced += [(alias.get(r[2].token), r) for r in _expr_refs(op.expr)]
+                self._read(op.expr, alias)
                 self._visit_loop(op.body.ops, alias, p)
             elif isinstance(op, ForLoop):
                 body, inner = loop_body(op, jax.ShapeDtypeStruct((), jnp.int32), alias, p)

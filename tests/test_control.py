@@ -1345,6 +1345,14 @@ def test_operation_errors():
         qfx.while_loop(m, [m], max_iterations=-1)
     with pytest.raises(ValueError, match="that measurement is not in the circuit"):
         probs(qfx.Circuit([qfx.cond(m, qfx.X(0))]))
+    # Read before the measurement runs (it would read 0): at the top level, in a loop body, by a while loop.
+    for ops in (
+        [qfx.X(0), qfx.cond(m, qfx.X(1)), m],
+        [qfx.X(0), qfx.for_loop(1, lambda i: [qfx.cond(m, qfx.X(1)), m])],
+        [qfx.while_loop(m, [qfx.X(0), m], max_iterations=2)],
+    ):
+        with pytest.raises(ValueError, match="reads the outcome m0 before that measurement runs"):
+            probs(qfx.Circuit(ops, num_wires=2), mcm="exact")
     with pytest.raises(TypeError, match="is not a qfx operation that circuits can run"):
         probs(qfx.Circuit([qfx.cond(True, _Custom())]))
     # Inverses that exist: a for loop and a conditional on a traced value.
