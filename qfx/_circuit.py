@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._custom_types import as_leaf, is_concrete, static_count
-from ._gates import AbstractGate, AbstractOperation, Adjoint
+from ._gates import AbstractGate, AbstractOperation, Adjoint, QubitUnitary, check_unitary
 
 
 def _validate_ops(ops, where: str) -> tuple[AbstractOperation, ...]:
@@ -219,6 +219,16 @@ def check_parameter_shapes(ops, fn: str, layers: tuple[int, ...] = (), advice: s
                         f"expected {(*layers, *want)}. A batch of circuits (from eqx.filter_vmap) runs by "
                         f"mapping the call: {advice}."
                     )
+            for gate in _wrapped(op):  # an eqx.tree_at edit skips the constructor's check of the matrix
+                if isinstance(gate, QubitUnitary):
+                    check_unitary(gate.U, f"qfx.{fn}: QubitUnitary(wires={gate.wires})")
+
+
+def _wrapped(gate):
+    """`gate` and the gates that `Adjoint` / `Controlled` wrappers around it hold."""
+    while gate is not None:
+        yield gate
+        gate = getattr(gate, "base", None)
 
 
 def check_circuit(circuit, fn: str) -> Circuit:

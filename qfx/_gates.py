@@ -740,6 +740,20 @@ class PauliRot(AbstractGate):
         return super().__repr__().replace("PauliRot(", f"PauliRot({self.pauli_word!r}, ", 1)
 
 
+def check_unitary(U, what: str) -> None:
+    """Raises unless the matrix (or stack of matrices) `U` is unitary to its dtype's tolerance; when `U`
+    is concrete (under jit, JAX operations on a constant are traced: not checked)."""
+    if not is_concrete(U):
+        return
+    host = np.asarray(U).astype(np.complex128)
+    eye = np.eye(host.shape[-1])
+    err = float(np.max(np.abs(np.swapaxes(host.conj(), -1, -2) @ host - eye), initial=0.0))
+    if not err <= tolerance(np.asarray(U).dtype):  # of the dtype it was computed in; NaN fails too
+        raise ValueError(
+            f"{what}: the matrix is not unitary (max |U^dagger U - I| = {err:.3g}); pass a unitary matrix."
+        )
+
+
 class QubitUnitary(AbstractGate):
     """Any k-qubit unitary; its entries are leaves (differentiable). Checked for unitarity when concrete."""
 
@@ -758,15 +772,7 @@ class QubitUnitary(AbstractGate):
                 f"QubitUnitary(wires={self._wires}): expected a ({dim}, {dim}) matrix for "
                 f"{len(self._wires)} wire(s), got shape {U.shape}."
             )
-        tol = tolerance(U.dtype)  # of the dtype it was computed in
-        if is_concrete(U):  # on the host: under jit, JAX operations on a constant are traced
-            host = np.asarray(U).astype(np.complex128)
-            err = float(np.max(np.abs(host.conj().T @ host - np.eye(dim))))
-            if not err <= tol:  # NaN fails too
-                raise ValueError(
-                    f"QubitUnitary(wires={self._wires}): the matrix is not unitary "
-                    f"(max |U^dagger U - I| = {err:.3g}); pass a unitary matrix."
-                )
+        check_unitary(U, f"QubitUnitary(wires={self._wires})")
         self.U = as_dtype(U, complex_dtype())
 
     @property

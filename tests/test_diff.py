@@ -593,8 +593,14 @@ def test_errors():
             grad_circuit(lambda c, diff=diff: qfx.expval(c, qfx.Z(0), shots=10, key=key, diff=diff))
     with pytest.raises(TypeError, match="reverse-mode"):
         jax.jvp(lambda c: qfx.expval(c, qfx.Z(0), diff=qfx.diff.Adjoint()), (circ,), (circ,))
-    with pytest.raises(ValueError, match="step must be a positive float"):
-        qfx.diff.FiniteDiff(step=-1.0)
+    for step in (-1.0, 0.0, np.inf, np.nan, True, 1j, "0.1", np.ones(2)):
+        with pytest.raises(ValueError, match="step must be a positive finite float"):
+            qfx.diff.FiniteDiff(step=step)
+    assert qfx.diff.FiniteDiff(step=np.float32(1e-3)).step == pytest.approx(1e-3)
+    # A step whose difference rounding swamps (in float32, 1e-8 is below the spacing of floats near 0.3:
+    # the gradient came out 0) is refused when the dtype is known.
+    with pytest.raises(ValueError, match=r"step 1e-08 is below 100 eps \(1.2e-05\)"):
+        grad_circuit(lambda c: qfx.expval(c, qfx.Z(0), diff=qfx.diff.FiniteDiff(step=1e-8)))
     with pytest.raises(ValueError, match="batch_size must be a positive int"):
         qfx.diff.ParameterShift(batch_size=0)
     # Evaluating (not differentiating) is fine with every method, and stop_gradient is the way around a

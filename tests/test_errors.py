@@ -465,6 +465,18 @@ CASES = [
         TypeError,
         re.escape("qfx.state: RX on wires (0,) has a complex angle"),
     ),
+    (
+        "non_unitary_by_tree_at",
+        lambda: qfx.probs(
+            eqx.tree_at(
+                lambda c: c.ops[0].base.U,
+                qfx.Circuit([qfx.Adjoint(qfx.QubitUnitary(np.eye(2), wires=0))]),
+                jnp.diag(jnp.array([2.0, 0.5], jnp.complex64)),
+            )
+        ),
+        ValueError,
+        re.escape("qfx.probs: QubitUnitary(wires=(0,)): the matrix is not unitary (max |U^dagger U - I| = 3)"),
+    ),
     ("pauli_word_bool_wire", lambda: qfx.PauliWord({True: "Z"}), ValueError, "wires must be non-negative"),
     (
         "pauli_word_string",

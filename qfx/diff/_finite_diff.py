@@ -3,6 +3,7 @@
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .._custom_types import is_key
 from .._kernels import run
@@ -31,6 +32,9 @@ class FiniteDiff(AbstractDiffMethod):
     - `step`: the step `h`; by default `eps ** (1/3)` of the real dtype (about `5e-3` in float32,
       `6e-6` in float64), which balances the two errors for functions of order one. The dtype is the
       coarser of the leaf's and the state's: a float32 leaf in a complex128 simulation steps as float32.
+      A step below `100 eps` of that dtype (1.2e-5 in float32, 2.2e-14 in float64) is refused: rounding
+      would make up more than a percent of the difference (below the spacing of the parameter's floats,
+      all of it: the gradient comes out 0).
     - `batch_size`: how many shifted circuits are simulated together; by default as many as fit in about
       256 MiB of state vectors.
 
@@ -44,19 +48,30 @@ class FiniteDiff(AbstractDiffMethod):
     step: float | None = eqx.field(static=True, default=None)
     batch_size: int | None = eqx.field(static=True, default=None)
 
-    def __check_init__(self):
-        if self.step is not None and not (isinstance(self.step, (int, float)) and self.step > 0):
-            raise ValueError(f"qfx.diff.FiniteDiff: step must be a positive float, got {self.step!r}.")
+    def __init__(self, step: float | None = None, batch_size: int | None = None):
+        if step is not None:
+            value = np.asarray(step) if isinstance(step, (int, float, np.generic, jax.Array)) else None
+            real = value is not None and value.ndim == 0 and value.dtype.kind in "iuf"  # not bool, complex
+            if not real or not 0 < float(value) < np.inf:
+                raise ValueError(f"qfx.diff.FiniteDiff: step must be a positive finite float, got {step!r}.")
+            step = float(step)  # a static field: a NumPy or JAX scalar becomes a Python float
+        self.step = step
+        self.batch_size = batch_size
         check_batch_size("FiniteDiff", self.batch_size)
 
     def rule(self, leaf, state_dtype) -> tuple:
         """The central difference of one leaf as shift-rule terms `((weight, shift), ...)`. The default step
         follows the coarser of the leaf's and the simulation's dtype: a float32 leaf in a complex128
         simulation (an `eqx.tree_at` edit) is shifted in float32, so by float32's step."""
-        h = self.step
-        if h is None:  # finfo of a complex dtype: its real parts'
-            eps = max(float(jnp.finfo(jnp.result_type(leaf)).eps), float(jnp.finfo(state_dtype).eps))
-            h = eps ** (1 / 3)
+        # finfo of a complex dtype: its real parts'
+        eps = max(float(jnp.finfo(jnp.result_type(leaf)).eps), float(jnp.finfo(state_dtype).eps))
+        h = eps ** (1 / 3) if self.step is None else self.step
+        if h < 100 * eps:
+            raise ValueError(
+                f"qfx.diff.FiniteDiff: step {h:g} is below 100 eps ({100 * eps:.2g}) of the parameters' (or the "
+                "state's, if coarser) precision: rounding would swamp the difference. Use a larger step (the default, "
+                f"eps**(1/3) = {eps ** (1 / 3):.2g}, balances rounding and truncation), or float64."
+            )
         return ((0.5 / h, h), (-0.5 / h, -h))
 
     def __call__(self, measure, circuit, initial_state, args):
