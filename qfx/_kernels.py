@@ -53,11 +53,11 @@ def _format_bytes(b: float) -> str:
     return f"{b:.1f} EiB"
 
 
-def check_memory(entries: int, what: str, advice: str, copies: int = 1) -> None:
-    """Raises before allocating when `copies` arrays of `entries` default-complex entries cannot fit in the
-    device's memory. `what` names the array (the message says what it needs), `advice` the way out. In
-    Python integers: exact at any size (`2 ** 1100` entries too)."""
-    dtype = complex_dtype()
+def check_memory(entries: int, what: str, advice: str, copies: int = 1, dtype=None) -> None:
+    """Raises before allocating when `copies` arrays of `entries` entries of `dtype` (by default the
+    default complex one) cannot fit in the device's memory. `what` names the array (the message says what
+    it needs), `advice` the way out. In Python integers: exact at any size (`2 ** 1100` entries too)."""
+    dtype = complex_dtype() if dtype is None else np.dtype(dtype)
     need = copies * entries * dtype.itemsize
     limit = _memory_limit_bytes()
     if need > limit:
@@ -73,12 +73,15 @@ def check_memory(entries: int, what: str, advice: str, copies: int = 1) -> None:
 def check_fits(num_wires: int) -> None:
     """Raises before allocating when a state vector of `num_wires` qubits cannot be simulated in memory:
     each gate reads one state and writes another, so two must fit."""
-    check_memory(
-        2**num_wires,
-        f"A {num_wires}-wire simulation (two state vectors: each gate reads one and writes the other)",
-        "Use fewer wires, or a backend that does not store the full state.",
-        copies=2,
-    )
+    what = f"A {num_wires}-wire simulation (two state vectors: each gate reads one and writes the other)"
+    advice = "Use fewer wires, or a backend that does not store the full state."
+    if num_wires > 4096:  # not forming 2**num_wires, which takes seconds at 10**9 and forever at 2**63
+        dtype = complex_dtype()
+        raise ValueError(
+            f"{what} needs 2**{num_wires + 1 + dtype.itemsize.bit_length() - 1} B (2 x 2**{num_wires} "
+            f"{dtype.name} entries), but this device has {_format_bytes(_memory_limit_bytes())}. {advice}"
+        )
+    check_memory(2**num_wires, what, advice, copies=2)
 
 
 def zero_state(num_wires: int) -> Array:

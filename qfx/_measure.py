@@ -192,6 +192,11 @@ def _check_shots(shots, key, fn: str) -> int:
     count = static_count(shots, 1)
     if count is None:
         raise ValueError(f"qfx.{fn}: shots must be a positive int (static), got {shots!r}.")
+    if count > np.iinfo(np.int32).max:  # JAX draws counts as int32
+        raise ValueError(
+            f"qfx.{fn}: shots={count} is above 2**31 - 1, the most one call draws; split them over several "
+            "keys (jax.vmap over jax.random.split(key, k)) and combine the estimates."
+        )
     if key is None:
         raise ValueError(f"qfx.{fn}: shots={shots} needs a PRNG key: pass key=jax.random.key(0).")
     check_key(key, f"qfx.{fn}")
@@ -428,6 +433,13 @@ def sample(
     check_mcm(mcm, "sample")
     wires = _check_measured_wires(circuit, wires, "sample")
     n = circuit.num_wires
+    K.check_memory(
+        shots
+        * (2 * len(wires) + 5),  # per shot: a uniform, two gathered masses, the index twice, the bits twice
+        f"qfx.sample: {shots} shots of {len(wires)} wires (the draws, their indices and the bits)",
+        "Draw fewer shots per call (jax.vmap over split keys, or several calls).",
+        dtype=np.int32,
+    )
     if has_control(circuit.ops):
         psi0 = initial_state_of(circuit, initial_state)
         return control_sample(circuit, psi0, key=key, shots=shots, wires=wires, mcm=mcm)

@@ -340,7 +340,25 @@ CASES = [
         ValueError,
         r"A 1100-wire simulation .* needs 2\*\*1104 B \(2 x 2\*\*1100 complex64 entries\)",
     ),
+    (
+        "state_absurdly_big",  # forming 2**(2**63) never finished
+        lambda: qfx.state(qfx.Circuit([qfx.RX(0.1, wires=2**63)])),
+        ValueError,
+        r"A 9223372036854775809-wire simulation .* needs 2\*\*9223372036854775813 B \(2 x 2\*\*922337",
+    ),
     ("shots_without_key", lambda: qfx.expval(C2, qfx.Z(0), shots=10), ValueError, "needs a PRNG key"),
+    (
+        "shots_above_int32",  # JAX's bare OverflowError named neither the function nor shots
+        lambda: qfx.expval(C2, qfx.Z(0), shots=2**31, key=jax.random.key(0)),
+        ValueError,
+        re.escape("qfx.expval: shots=2147483648 is above 2**31 - 1"),
+    ),
+    (
+        "samples_too_big",  # ran out of memory (or was killed) allocating the draws
+        lambda: qfx.sample(qfx.Circuit([qfx.H(0)], 30), shots=2**31 - 1, key=jax.random.key(0)),
+        ValueError,
+        r"qfx.sample: 2147483647 shots of 30 wires .* needs 520.0 GiB",
+    ),
     # --- values that are not numbers ---
     ("angle_string", lambda: qfx.RX("a", 0), TypeError, "RX: the angle theta must be a number .* got 'a'"),
     ("angle_none", lambda: qfx.RY(None, 0), TypeError, "RY: the angle theta must be a number .* got None"),
@@ -475,7 +493,9 @@ CASES = [
             )
         ),
         ValueError,
-        re.escape("qfx.probs: QubitUnitary(wires=(0,)): the matrix is not unitary (max |U^dagger U - I| = 3)"),
+        re.escape(
+            "qfx.probs: QubitUnitary(wires=(0,)): the matrix is not unitary (max |U^dagger U - I| = 3)"
+        ),
     ),
     ("pauli_word_bool_wire", lambda: qfx.PauliWord({True: "Z"}), ValueError, "wires must be non-negative"),
     (

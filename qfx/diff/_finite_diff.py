@@ -68,9 +68,10 @@ class FiniteDiff(AbstractDiffMethod):
         h = eps ** (1 / 3) if self.step is None else self.step
         if h < 100 * eps:
             raise ValueError(
-                f"qfx.diff.FiniteDiff: step {h:g} is below 100 eps ({100 * eps:.2g}) of the parameters' (or the "
-                "state's, if coarser) precision: rounding would swamp the difference. Use a larger step (the default, "
-                f"eps**(1/3) = {eps ** (1 / 3):.2g}, balances rounding and truncation), or float64."
+                f"qfx.diff.FiniteDiff: step {h:g} is below 100 eps ({100 * eps:.2g}) of the parameters' "
+                "(or the state's, if coarser) precision: rounding would swamp the difference. Use a larger "
+                f"step (the default, eps**(1/3) = {eps ** (1 / 3):.2g}, balances rounding and truncation), "
+                "or float64."
             )
         return ((0.5 / h, h), (-0.5 / h, -h))
 
