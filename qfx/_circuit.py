@@ -112,9 +112,12 @@ class Repeat(AbstractOperation):
     `qfx.repeat(layer_fn, params)`, or from a circuit whose leaves are stacked with `eqx.filter_vmap`:
 
     ```python
+    n, thetas = 3, jnp.ones((4, 3))  # 4 layers on 3 wires
+
     def layer(theta):  # theta: (n,)
         return qfx.Circuit([qfx.RY(theta[i], wires=i) for i in range(n)])
-    block = qfx.Repeat(eqx.filter_vmap(layer)(thetas))  # thetas: (L, n)
+
+    block = qfx.Repeat(eqx.filter_vmap(layer)(thetas))
     ```
 
     **Arguments:**

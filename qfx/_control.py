@@ -742,9 +742,11 @@ def while_loop(
 ) -> WhileLoop:
     """Runs `body` while `condition` (on measurement outcomes) is nonzero, checked before each iteration.
 
-    Repeat until success: run one attempt, then loop while it failed. With `m` measured in `attempt`:
+    Repeat until success: run one attempt, then loop while it failed (here, until wire 0 reads 0):
 
     ```python
+    m = qfx.measure(0)
+    attempt = [qfx.H(0), m]
     circ = qfx.Circuit([*attempt, qfx.while_loop(m, attempt, max_iterations=20)])
     ```
 

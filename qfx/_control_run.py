@@ -792,7 +792,8 @@ def measure_state(
     **Returns:** `(outcome, state)`: an int32 scalar (0 or 1) and the post-measurement state.
 
     ```python
-    bit, state = qfx.measure_state(state, 0, key=key)
+    state = qfx.apply(qfx.H(0), qfx.zero_state(2))
+    bit, state = qfx.measure_state(state, 0, key=jax.random.key(0))
     state = jax.lax.cond(bit == 1, lambda s: qfx.apply(qfx.X(1), s), lambda s: s, state)
     ```
     """
