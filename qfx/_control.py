@@ -33,7 +33,7 @@ from jaxtyping import Array, ArrayLike
 import numpy as np
 
 from ._circuit import Circuit, Repeat, check_parameter_shapes, relabel_circuit, relabel_ops
-from ._custom_types import as_dtype, as_leaf, as_numeric, real_dtype, static_count
+from ._custom_types import as_dtype, as_leaf, as_numeric, real_dtype, static_bit, static_count
 from ._gates import AbstractOperation
 
 # --- measurement identity -----------------------------------------------------------------------------
@@ -370,12 +370,12 @@ def measure(wire: int, reset: bool = False, postselect: int | None = None) -> Mi
     count = static_count(wire)
     if count is None:
         raise ValueError(f"qfx.measure: wire must be a non-negative int, got {wire!r}.")
-    if postselect not in (None, 0, 1):
-        raise ValueError(f"qfx.measure: postselect must be None, 0 or 1, got {postselect!r}.")
+    if postselect is not None and static_bit(postselect) is None:
+        raise ValueError(f"qfx.measure: postselect must be None, 0 or 1 (static), got {postselect!r}.")
     if not isinstance(reset, (bool, np.bool_)):  # bool("no") is True
         raise TypeError(f"qfx.measure: reset must be True or False, got {reset!r}.")
     token = _Token()
-    postselect = None if postselect is None else int(postselect)
+    postselect = None if postselect is None else static_bit(postselect)
     return MidMeasure(count, bool(reset), postselect, token, _Link(token))
 
 

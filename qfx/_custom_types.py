@@ -137,6 +137,12 @@ def static_int(value) -> int | None:
     return None
 
 
+def static_bit(value) -> int | None:
+    """`value` as 0 or 1 when it is a static bool or int of that value, else None (traced values too)."""
+    bit = int(value) if isinstance(value, (bool, np.bool_)) else static_int(value)
+    return bit if bit in (0, 1) else None
+
+
 def static_count(value, minimum: int = 0) -> int | None:
     """`static_int(value)` when it is at least `minimum` (a count, a wire, a number of shots), else None."""
     count = static_int(value)

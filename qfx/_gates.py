@@ -26,6 +26,7 @@ from ._custom_types import (
     complex_dtype,
     is_concrete,
     real_dtype,
+    static_bit,
     tolerance,
 )
 from ._observables import AbstractObservable, pauli_word_matrix
@@ -815,10 +816,15 @@ class MultiControlledX(AbstractGate):
 def _check_control_values(name, values, num_controls) -> tuple[int, ...]:
     if values is None:
         return (1,) * num_controls
-    values = (values,) if isinstance(values, (int, bool, np.integer, np.bool_)) else tuple(values)
-    if len(values) != num_controls or any(v not in (0, 1) for v in values):
-        raise ValueError(f"{name}: control_values must be {num_controls} values in {{0, 1}}, got {values!r}.")
-    return tuple(int(v) for v in values)
+    if isinstance(values, (int, bool, np.integer, np.bool_)) or np.ndim(values) == 0:
+        values = (values,)
+    bits = [static_bit(v) for v in values]
+    if len(bits) != num_controls or None in bits:
+        raise ValueError(
+            f"{name}: control_values must be {num_controls} static values in {{0, 1}} (ints or bools, not "
+            f"traced: they choose the kernel), got {values!r}."
+        )
+    return tuple(bits)
 
 
 def _controlled_matrix(values: tuple[int, ...], target: Array) -> Array:

@@ -139,7 +139,7 @@ CASES = [
         "mcx_control_values",
         lambda: qfx.MultiControlledX((0, 1, 2), control_values=(1,)),
         ValueError,
-        re.escape("MultiControlledX: control_values must be 2 values in {0, 1}, got (1,)"),
+        re.escape("MultiControlledX: control_values must be 2 static values in {0, 1}"),
     ),
     (
         "controlled_overlap",
@@ -151,7 +151,7 @@ CASES = [
         "controlled_values",
         lambda: qfx.Controlled(qfx.X(0), controls=1, control_values=2),
         ValueError,
-        re.escape("Controlled: control_values must be 1 values in {0, 1}, got (2,)"),
+        re.escape("Controlled: control_values must be 1 static values in {0, 1}"),
     ),
     (
         "controlled_non_gate",
@@ -347,6 +347,19 @@ CASES = [
         r"A 9223372036854775809-wire simulation .* needs 2\*\*9223372036854775813 B \(2 x 2\*\*922337",
     ),
     ("shots_without_key", lambda: qfx.expval(C2, qfx.Z(0), shots=10), ValueError, "needs a PRNG key"),
+    # Traced values where static ones choose the kernel: named, not a TracerBoolConversionError.
+    (
+        "traced_control_values",
+        lambda: jax.jit(lambda v: qfx.state(qfx.Circuit([qfx.Controlled(qfx.X(0), 1, control_values=v)])))(1),
+        ValueError,
+        r"Controlled: control_values must be 1 static values in \{0, 1\} \(ints or bools, not traced",
+    ),
+    (
+        "traced_postselect",
+        lambda: jax.jit(lambda v: qfx.measure(0, postselect=v))(1),
+        ValueError,
+        r"qfx.measure: postselect must be None, 0 or 1 \(static\), got JitTracer",
+    ),
     (
         "shots_above_int32",  # JAX's bare OverflowError named neither the function nor shots
         lambda: qfx.expval(C2, qfx.Z(0), shots=2**31, key=jax.random.key(0)),
