@@ -234,13 +234,23 @@ def _wrapped(gate):
         gate = getattr(gate, "base", None)
 
 
-def check_circuit(circuit, fn: str) -> Circuit:
-    """Checks `circuit` and returns it with any Python float or complex leaves as arrays (an `eqx.tree_at`
-    edit such as `eqx.tree_at(lambda c: c.ops[0].theta, circ, 0.5)` skips the gate's own conversion)."""
+def _check_is_circuit(circuit, fn: str) -> None:
     if not isinstance(circuit, Circuit):
         raise TypeError(
             f"qfx.{fn}: expected a qfx.Circuit as the first argument, got {type(circuit).__name__}."
         )
+    for k, op in enumerate(circuit.ops):  # `Circuit` checks this, but `eqx.tree_at` edits skip its __init__
+        if not isinstance(op, AbstractOperation):
+            raise TypeError(
+                f"qfx.{fn}: operation {k} of the circuit is {type(op).__name__}, not a qfx operation; "
+                "build a new qfx.Circuit after replacing operations."
+            )
+
+
+def check_circuit(circuit, fn: str) -> Circuit:
+    """Checks `circuit` and returns it with any Python float or complex leaves as arrays (an `eqx.tree_at`
+    edit such as `eqx.tree_at(lambda c: c.ops[0].theta, circ, 0.5)` skips the gate's own conversion)."""
+    _check_is_circuit(circuit, fn)
     used = max((w for op in circuit.ops for w in op.wires), default=-1)
     if used >= circuit.num_wires:  # `Circuit` checks this, but `eqx.tree_at` edits skip its __init__
         raise ValueError(
@@ -266,9 +276,25 @@ def repeat(
     **Returns:** a `Repeat` whose layers are simulated with `jax.lax.scan`.
     """
 
+    if not callable(layer_fn):
+        raise TypeError(f"qfx.repeat: layer_fn must be callable, got {type(layer_fn).__name__}.")
+    for leaf in jax.tree.leaves(stacked):
+        if np.ndim(leaf) == 0:
+            raise ValueError(
+                "qfx.repeat: the stacked arguments need a leading layer axis (one slice per layer), got a "
+                f"scalar {leaf!r} (a Python list of numbers is a pytree of scalars: pass jnp.asarray(...))."
+            )
+
     def one(*args):
         out = layer_fn(*args)
-        return out if isinstance(out, Circuit) else Circuit(out, num_wires)
+        if isinstance(out, Circuit):
+            return out
+        if not isinstance(out, Iterable):
+            raise TypeError(
+                "qfx.repeat: layer_fn must return a Circuit or a list of operations, got "
+                f"{type(out).__name__}."
+            )
+        return Circuit(out, num_wires)
 
     return Repeat(eqx.filter_vmap(one)(*stacked))
 
@@ -296,6 +322,7 @@ def _dagger(text: str) -> str:
 
 def draw(circuit: Circuit, *, decimals: int = 2) -> str:
     """A text drawing of the circuit, one line per wire. Repeat blocks and loops are drawn once, counted."""
+    _check_is_circuit(circuit, "draw")
     n = circuit.num_wires
     rows = [[f"{w}: "] for w in range(n)]
     numbering: dict = {}  # the circuit's measurements, token -> id (see `qfx/_control.py: draw_op`)

@@ -347,6 +347,31 @@ CASES = [
         r"A 9223372036854775809-wire simulation .* needs 2\*\*9223372036854775813 B \(2 x 2\*\*922337",
     ),
     ("shots_without_key", lambda: qfx.expval(C2, qfx.Z(0), shots=10), ValueError, "needs a PRNG key"),
+    ("draw_not_a_circuit", lambda: qfx.draw([qfx.H(0)]), TypeError, "qfx.draw: expected a qfx.Circuit"),
+    (
+        "op_replaced_by_tree_at",
+        lambda: qfx.state(eqx.tree_at(lambda c: c.ops[0], qfx.Circuit([qfx.H(0)]), "H")),
+        TypeError,
+        "qfx.state: operation 0 of the circuit is str, not a qfx operation",
+    ),
+    (
+        "repeat_not_callable",
+        lambda: qfx.repeat([qfx.H(0)], jnp.ones(2)),
+        TypeError,
+        "layer_fn must be callable",
+    ),
+    (
+        "repeat_returns_none",
+        lambda: qfx.repeat(lambda t: None, jnp.ones(2)),
+        TypeError,
+        "qfx.repeat: layer_fn must return a Circuit or a list of operations, got NoneType",
+    ),
+    (
+        "repeat_without_layer_axis",
+        lambda: qfx.repeat(lambda t: [qfx.RX(t, 0)], [0.1, 0.2]),
+        ValueError,
+        r"qfx.repeat: the stacked arguments need a leading layer axis .* got a scalar 0.1 \(a Python list",
+    ),
     # Traced values where static ones choose the kernel: named, not a TracerBoolConversionError.
     (
         "traced_control_values",
