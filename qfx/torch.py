@@ -84,6 +84,8 @@ def from_jax(array: jax.Array) -> torch.Tensor:
     assumes immutable), so `.clone()` it first if you will."""
     if not isinstance(array, jax.Array):
         raise TypeError(f"from_jax: expected a jax.Array, got {type(array).__name__}.")
+    if jax.dtypes.issubdtype(array.dtype, jax.dtypes.prng_key):
+        raise TypeError("from_jax: a PRNG key array has no DLPack form; pass jax.random.key_data(key).")
     return jax_to_tensor(array)
 
 
@@ -155,7 +157,12 @@ class _TorchFunction:
         self.__name__ = self.__qualname__ = f"to_torch({_fn_name(fn)})"
         self.__doc__ = getattr(fn, "__doc__", None)
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs:
+            raise TypeError(
+                f"{self.__name__}: pass the arguments positionally (got keyword arguments "
+                f"{', '.join(kwargs)}); bind non-tensor ones into the function with functools.partial."
+            )
         if torch.compiler.is_compiling():  # TorchDynamo cannot trace JAX: run the call outside its graph
             return torch.compiler.disable(self._call)(*args)
         _refuse_tracing(self.__name__)
@@ -353,6 +360,8 @@ class TorchLayer(torch.nn.Module):
         if not callable(circuit_fn):
             raise TypeError(f"TorchLayer: circuit_fn must be a callable JAX function, got {circuit_fn!r}.")
         shapes = _check_weight_shapes(weight_shapes)
+        if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+            raise TypeError(f"TorchLayer: dtype must be a floating torch dtype (weights), got {dtype!r}.")
         inits = init if isinstance(init, Mapping) else {}
         unknown = set(inits) - set(shapes)
         if unknown:
@@ -469,6 +478,10 @@ def straight_through_argmax(x, dim: int = -1):
             raise TypeError(f"straight_through_argmax: x must be a floating tensor, got dtype {x.dtype}.")
         if x.ndim == 0:
             raise ValueError("straight_through_argmax: x must have at least one dimension, got a scalar.")
+        if not -x.ndim <= dim < x.ndim:
+            raise ValueError(
+                f"straight_through_argmax: dim={dim} is out of range for shape {tuple(x.shape)}."
+            )
         return _StraightThroughArgMax.apply(x, dim)
     return _jax_straight_through_argmax(x, axis=dim)
 

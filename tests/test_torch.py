@@ -661,12 +661,16 @@ def test_bad_arguments_raise_clear_errors():
         f(theta, torch.empty(2, device="meta"))
     with pytest.raises(TypeError, match="at least one torch.Tensor"):
         f()
+    with pytest.raises(TypeError, match=r"pass the arguments positionally \(got keyword arguments x\)"):
+        f(theta, x=x)
     with pytest.raises(TypeError, match="expected a callable"):
         qt.to_torch(3)
     with pytest.raises(TypeError, match="to_jax: the tensor has dtype torch.int32"):
         qt.to_jax(torch.ones(2, dtype=torch.int32))
     with pytest.raises(TypeError, match="from_jax: expected a jax.Array"):
         qt.from_jax(np.ones(2))
+    with pytest.raises(TypeError, match=r"PRNG key array has no DLPack form; pass jax.random.key_data"):
+        qt.from_jax(jax.random.key(0))
     with pytest.raises(TypeError, match="must return arrays"):
         qt.to_torch(lambda x: "no")(x)
     with pytest.raises(TypeError, match=r"returned a PRNG key array .* jax.random.key_data\(key\)"):
@@ -848,6 +852,8 @@ def test_layer_errors_name_the_argument():
             qt.TorchLayer(layer_circuit, {name: 2})
     with pytest.raises(TypeError, match="init for 'theta' must fill its tensor in place"):
         qt.TorchLayer(layer_circuit, SHAPES, init=lambda t: 0.5)
+    with pytest.raises(TypeError, match="dtype must be a floating torch dtype .* got torch.int64"):
+        qt.TorchLayer(layer_circuit, SHAPES, dtype=torch.int64)
     layer = qt.TorchLayer(layer_circuit, SHAPES)
     with pytest.raises(TypeError, match=r"TorchLayer\(layer_circuit\): inputs has dtype torch.int64"):
         layer(torch.ones(3, 2, dtype=torch.int64))
@@ -943,6 +949,8 @@ def test_straight_through_argmax_errors():
         qfx.straight_through_argmax(jnp.float32(1.0))
     with pytest.raises(ValueError, match="axis=2 is out of range for shape \\(3,\\)"):
         qfx.straight_through_argmax(jnp.ones(3), axis=2)
+    with pytest.raises(ValueError, match=r"dim=3 is out of range for shape \(2, 3\)"):  # an IndexError before
+        qt.ArgMax(dim=3)(torch.ones(2, 3))
 
 
 # --- GPU ------------------------------------------------------------------------------------------
