@@ -131,7 +131,9 @@ def autograph(fn: _F) -> _F:
     that give a variable different types, and a function called inside a converted loop or branch that
     changes a list of the caller in place (traced once, it would append one iteration's operations). A loop
     that appends operations cannot also update arrays. Lists, dicts and arrays changed in place otherwise
-    behave as in Python (a helper's `ops.append` reaches the caller's list).
+    behave as in Python (a helper's `ops.append` reaches the caller's list), except in a loop or `if` on a
+    traced value, whose results are new arrays: a list or dict it changes is rebound to a new one, which
+    aliases made before it do not see.
 
     Gradients: `lax.fori_loop` and `lax.while_loop` with traced bounds allow only forward mode
     (`jax.jvp`, `jax.jacfwd`); `lax.cond` allows both. `malt.experimental.set_loop_options(
@@ -218,21 +220,22 @@ class _TracedRange:
 # --- containers changed in place -------------------------------------------------------------------
 
 # Methods that change a list, dict or set in place.
-_MUTATORS = frozenset(
-    "append extend insert pop remove clear sort reverse update setdefault popitem add discard".split()
-)
+# Methods that change a list, dict or set in place; not names common on other objects (`update`, `add`,
+# `clear`: optimizers, counters, progress bars), whose owners would be taken for loop state.
+_MUTATORS = frozenset("append extend insert pop remove sort reverse setdefault popitem discard".split())
 
 
 class _InPlaceUpdates(ast.NodeTransformer):
     """Marks in-place updates of a function's own variables (`ops.append(x)`, `d[k] = v`, `x[i] += 1`) with
-    a rebinding `name = name` after the statement.
+    a rebinding `name = name` after the statement (`self.ops = self.ops` for `self.ops.append(x)`).
 
     malt takes the state of a converted loop or branch from the names it assigns; a list that a branch
     only appends to would not be part of it, and both branches (traced once each) would append to the same
     list. Marked, the name is state: the operators here hand each run of a body its own copy, and Python's
     semantics are otherwise unchanged (the list is changed in place, aliases see it, a helper that appends
     to a list it is given appends to the caller's). Names that a nested function only reads from the
-    enclosing one are not marked (an assignment would make them local to it).
+    enclosing one are not marked (an assignment would make them local to it); attributes are (assigning
+    one binds no name).
     """
 
     def visit_FunctionDef(self, node):
@@ -257,17 +260,15 @@ class _InPlaceUpdates(ast.NodeTransformer):
                 case.body = self._block(case.body, bound)
             out.append(stmt)
             compound = hasattr(stmt, "body")
-            for name in sorted(_updated_in_place(stmt, compound) & bound):
-                mark = ast.Assign(
-                    targets=[ast.Name(name, ast.Store())], value=ast.Name(name, ast.Load()), lineno=0
-                )
+            for target in _updated_in_place(stmt, compound, bound):
+                mark = ast.parse(f"{target} = {target}").body[0]
                 out.append(ast.fix_missing_locations(ast.copy_location(mark, stmt)))
         return out
 
 
-def _updated_in_place(stmt, compound: bool) -> set[str]:
-    """Names whose value `stmt` changes in place (in its own expressions, not in a compound statement's
-    body, which is marked statement by statement)."""
+def _updated_in_place(stmt, compound: bool, bound: set[str]) -> list[str]:
+    """The local names and attributes (`self.ops`) whose value `stmt` changes in place (in its own
+    expressions, not in a compound statement's body, which is marked statement by statement)."""
     nodes = []
     if compound:  # the test of an `if` / `while`, the iterable of a `for`, the items of a `with`
         for field in ("test", "iter", "items", "subject"):
@@ -275,25 +276,37 @@ def _updated_in_place(stmt, compound: bool) -> set[str]:
             nodes.extend(value if isinstance(value, list) else [value] if value is not None else [])
     else:
         nodes.append(stmt)
-    names = set()
+    changed = []
     for root in nodes:
         for node in ast.walk(root):
             if (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
                 and node.func.attr in _MUTATORS
-                and isinstance(node.func.value, ast.Name)
             ):
-                names.add(node.func.value.id)
+                changed.append(node.func.value)
             targets = []
             if isinstance(node, (ast.Assign, ast.Delete)):
                 targets = node.targets
             elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
                 targets = [node.target]
-            for target in targets:
-                if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
-                    names.add(target.value.id)
-    return names
+            changed += [t.value for t in targets if isinstance(t, ast.Subscript)]
+    out = []
+    for node in changed:
+        while isinstance(node, ast.Subscript):  # `d["ops"].append(x)`, `x[i][j] = v`: `d`, `x` change
+            node = node.value
+        if (isinstance(node, ast.Name) and node.id in bound) or _is_attribute_path(node):
+            out.append(ast.unparse(node))
+    return sorted(set(out))
+
+
+def _is_attribute_path(node) -> bool:
+    """`a.b` or `a.b.c`: names joined by attribute access."""
+    if not isinstance(node, ast.Attribute):
+        return False
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
 
 
 def _bound_names(fn) -> set[str]:
@@ -337,10 +350,10 @@ def _same(a, b) -> bool:
     )
 
 
-def _outer_containers(state_names, *fns) -> list[tuple[str, object, object]]:
-    """The lists, dicts and sets that the converted `fns` (a body, a branch) reach through their
-    closures, directly or through a nested function they call, with a copy of their contents; not the
-    loop's or branch's state (`state_names`), which each run gets a copy of."""
+def _outer_lists(state_names, *fns) -> list[tuple[str, list, list]]:
+    """The lists that the converted `fns` (a body, a branch) reach through their closures, directly or
+    through a nested function they call, with a copy of their contents; not the loop's or branch's state
+    (`state_names`), which each run gets a copy of."""
     found, seen, stack = [], set(), [(f, 0) for f in fns]
     while stack:
         fn, depth = stack.pop()
@@ -353,18 +366,21 @@ def _outer_containers(state_names, *fns) -> list[tuple[str, object, object]]:
                 value = cell.cell_contents
             except ValueError:  # not assigned yet
                 continue
-            if isinstance(value, (list, dict, set)) and name not in state_names:
+            if isinstance(value, list) and name not in state_names:
                 found.append((name, value, value.copy()))
             elif inspect.isfunction(value) and depth < 2:
                 stack.append((value, depth + 1))
     return found
 
 
-def _check_untouched(containers, where: str) -> None:
-    for name, value, before in containers:
-        if len(value) != len(before) or (
-            isinstance(value, list) and any(x is not y for x, y in zip(value, before, strict=True))
-        ):
+def _check_untouched(outer, where: str) -> None:
+    """Raises if a staged body appended operations to one of the `outer` lists (see `_outer_lists`) from a
+    function it called: traced once, the loop would hold one iteration's operations (other values, caches
+    or logs, are the caller's business)."""
+    for name, value, before in outer:
+        kept = len(value) >= len(before) and all(x is y for x, y in zip(value, before, strict=False))
+        added = value[len(before) :] if kept else value
+        if any(isinstance(x, AbstractOperation) for x in added):
             raise _error(
                 ValueError,
                 f"`{name}` is changed in place by a function called inside {where}; a converted loop or "
@@ -476,10 +492,10 @@ def _for_stmt(iter_, extra_test, body, get_state, set_state, symbol_names, opts)
     init = get_state()
     _check_defined(symbol_names, init, "a `for` loop over a traced range")
     lists = _op_lists(init)
-    containers = _outer_containers(symbol_names, body)
+    outer = _outer_lists(symbol_names, body)
     if lists:
         _for_circuit(iter_, body, get_state, set_state, symbol_names, init, lists)
-        _check_untouched(containers, "a `for` loop over a traced range")
+        _check_untouched(outer, "a `for` loop over a traced range")
         return
     carry = _as_carry(symbol_names, init)
 
@@ -492,7 +508,7 @@ def _for_stmt(iter_, extra_test, body, get_state, set_state, symbol_names, opts)
         return tuple(out)
 
     out = jax.lax.fori_loop(jnp.int32(0), iter_.count(), step, carry)
-    _check_untouched(containers, "a `for` loop over a traced range")
+    _check_untouched(outer, "a `for` loop over a traced range")
     set_state(out)
 
 
@@ -529,11 +545,11 @@ def _if_stmt(cond_, body, orelse, get_state, set_state, symbol_names, nouts):
         return
     init = get_state()
     lists = _op_lists(init)
-    containers = _outer_containers(symbol_names, body, orelse)
+    outer = _outer_lists(symbol_names, body, orelse)
     where = "an `if` on a traced or measured value"
     if measured or lists:
         _if_circuit(cond_, body, orelse, set_state, get_state, symbol_names, init, lists)
-        _check_untouched(containers, where)
+        _check_untouched(outer, where)
         return
     pred = jnp.asarray(cond_)
     if pred.shape != ():
@@ -577,7 +593,7 @@ def _if_stmt(cond_, body, orelse, get_state, set_state, symbol_names, nouts):
             f"the branches of an `if` on a traced value give different types to {', '.join(symbol_names)} "
             f"(or return different types): {e}",
         ) from e
-    _check_untouched(containers, where)
+    _check_untouched(outer, where)
     set_state(eqx.combine(out, static_true))
 
 
@@ -619,11 +635,11 @@ def _while_stmt(test, body, get_state, set_state, symbol_names, opts):
             "`break` inside a `while` loop on a traced or measured condition cannot be converted; put "
             "the exit condition into the loop's condition.",
         )
-    containers = _outer_containers(symbol_names, test, body)
+    outer = _outer_lists(symbol_names, test, body) if converted else []
     where = "a `while` loop on a traced or measured condition"
     if _is_measurement(first):
         _while_circuit(first, body, get_state, set_state, symbol_names, opts)
-        _check_untouched(containers, where)
+        _check_untouched(outer, where)
         return
     if not _is_traced(first):
         iterations = 0
@@ -667,7 +683,7 @@ def _while_stmt(test, body, get_state, set_state, symbol_names, opts):
         return tuple(out)
 
     out = jax.lax.while_loop(cond_fn, body_fn, carry)
-    _check_untouched(containers, where)
+    _check_untouched(outer, where)
     set_state(out)
 
 

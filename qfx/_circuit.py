@@ -223,8 +223,8 @@ def check_parameter_shapes(ops, fn: str, layers: tuple[int, ...] = (), advice: s
                         f"mapping the call: {advice}."
                     )
             for gate in _wrapped(op):  # an eqx.tree_at edit skips the constructor's check of the matrix
-                if isinstance(gate, QubitUnitary):
-                    check_unitary(gate.U, f"qfx.{fn}: QubitUnitary(wires={gate.wires})")
+                if isinstance(gate, QubitUnitary):  # stored in the default dtype: complex64's tolerance
+                    check_unitary(gate.U, f"qfx.{fn}: QubitUnitary(wires={gate.wires})", np.complex64)
 
 
 def _wrapped(gate):
@@ -278,12 +278,13 @@ def repeat(
 
     if not callable(layer_fn):
         raise TypeError(f"qfx.repeat: layer_fn must be callable, got {type(layer_fn).__name__}.")
-    for leaf in jax.tree.leaves(stacked):
-        if np.ndim(leaf) == 0:
-            raise ValueError(
-                "qfx.repeat: the stacked arguments need a leading layer axis (one slice per layer), got a "
-                f"scalar {leaf!r} (a Python list of numbers is a pytree of scalars: pass jnp.asarray(...))."
-            )
+    arrays = [leaf for leaf in jax.tree.leaves(stacked) if eqx.is_array(leaf)]
+    if not arrays or any(a.ndim == 0 for a in arrays):  # other leaves pass to every layer unchanged
+        raise ValueError(
+            "qfx.repeat: the stacked arrays need a leading layer axis (one slice per layer), got "
+            f"{[a.shape for a in arrays] or 'no array'} (a Python list of numbers is not mapped: pass "
+            "jnp.asarray(...))."
+        )
 
     def one(*args):
         out = layer_fn(*args)

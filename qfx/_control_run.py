@@ -95,7 +95,7 @@ class _Program:
     def __init__(self, ops):
         self.slots: dict = {}
         self.referenced: list = []  # (register key, reference) of every read
-        self.read_early: list = []  # the references read before their measurement runs
+        self.read_early: list = []  # (register key, reference) read before their measurement runs
         self.num_measurements = 0
         # Post-selection that an outcome drawn at random may precede (see `simulate`): the first such one.
         self.drawn, self.postselected = 0, 0
@@ -113,8 +113,9 @@ class _Program:
             )
         if self.read_early:
             raise ValueError(
-                f"A condition reads the outcome {_format(self.read_early[0])} before that measurement runs "
-                "(it would read 0); put the qfx.measure(...) operation before the condition that reads it."
+                f"A condition reads the outcome {_format(self.read_early[0][1])} before that measurement "
+                "runs (it would read 0); put the qfx.measure(...) operation before the condition that reads "
+                "it."
             )
 
     def _read(self, expr, alias) -> None:
@@ -122,7 +123,7 @@ class _Program:
             key = alias.get(r[2].token)
             self.referenced.append((key, r))
             if key not in self.slots:
-                self.read_early.append(r)
+                self.read_early.append((key, r))
 
     def _visit(self, ops, alias, path):
         for j, op in enumerate(ops):
@@ -156,8 +157,11 @@ class _Program:
 
     def _visit_loop(self, ops, alias, path):
         """A body run repeatedly: a measurement drawn in one iteration precedes those of the next."""
-        drawn, postselected = self.drawn, self.postselected
+        drawn, postselected, early = self.drawn, self.postselected, len(self.read_early)
         self._visit(ops, alias, path)
+        # A read of a measurement made later in the same body reads the previous iteration's outcome
+        # (feedback; 0 in the first iteration), not one that runs after the loop.
+        self.read_early[early:] = [(k, r) for k, r in self.read_early[early:] if k not in self.slots]
         if self.drawn > drawn and self.postselected > postselected and self.postselected_after_drawn is None:
             self.postselected_after_drawn = (
                 "a loop body both post-selects and draws outcomes at random (an outcome of one iteration "
@@ -497,10 +501,11 @@ def simulate(
 
 
 def _is_zero(probability: Array) -> Array:
-    """Whether a probability is 0 up to rounding: below `(16 eps)**2` (3.6e-12 in float32, 1.3e-29 in
+    """Whether a probability is 0 up to rounding: below `(2 eps)**2` (5.7e-14 in float32, 4.9e-32 in
     float64), the square of an amplitude that is exactly 0 computed with a few rounding errors (RX(pi)|0>
-    leaves 1.9e-15 on |0> in float32). Renormalised, that noise would pass for a state."""
-    return probability <= (16 * jnp.finfo(probability.dtype).eps) ** 2
+    leaves 1.9e-15 on |0> in float32, RY(pi) RY(pi) 7.6e-15). Renormalised, that noise would pass for a
+    state; an accurately computed 1e-12 (float32) does not."""
+    return probability <= (2 * jnp.finfo(probability.dtype).eps) ** 2
 
 
 def _trajectory(ops, psi0: Array, n: int, key, program: _Program, fn: str) -> tuple[Array, Array]:

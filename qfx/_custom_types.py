@@ -138,9 +138,12 @@ def static_int(value) -> int | None:
 
 
 def static_bit(value) -> int | None:
-    """`value` as 0 or 1 when it is a static bool or int of that value, else None (traced values too)."""
-    bit = int(value) if isinstance(value, (bool, np.bool_)) else static_int(value)
-    return bit if bit in (0, 1) else None
+    """`value` as 0 or 1 when it holds that value statically (a bool, int or float, NumPy or concrete JAX
+    scalar), else None (traced values too)."""
+    if isinstance(value, jax.core.Tracer) or isinstance(value, str) or np.ndim(value) != 0:
+        return None
+    v = np.asarray(value).item()
+    return int(v) if isinstance(v, (bool, int, float)) and v in (0, 1) else None
 
 
 def static_count(value, minimum: int = 0) -> int | None:

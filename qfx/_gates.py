@@ -15,6 +15,7 @@ import math
 from typing import ClassVar
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
 import numpy as np
@@ -741,15 +742,16 @@ class PauliRot(AbstractGate):
         return super().__repr__().replace("PauliRot(", f"PauliRot({self.pauli_word!r}, ", 1)
 
 
-def check_unitary(U, what: str) -> None:
-    """Raises unless the matrix (or stack of matrices) `U` is unitary to its dtype's tolerance; when `U`
-    is concrete (under jit, JAX operations on a constant are traced: not checked)."""
-    if not is_concrete(U):
+def check_unitary(U, what: str, dtype=None) -> None:
+    """Raises unless the matrix (or stack of matrices) `U` is unitary to the tolerance of `dtype` (by
+    default U's own: the dtype it was computed in); only when `U` is a concrete array (under jit, JAX
+    operations on a constant are traced; shape-only structs have no values)."""
+    if not isinstance(U, (np.ndarray, jax.Array)) or not is_concrete(U):
         return
     host = np.asarray(U).astype(np.complex128)
     eye = np.eye(host.shape[-1])
     err = float(np.max(np.abs(np.swapaxes(host.conj(), -1, -2) @ host - eye), initial=0.0))
-    if not err <= tolerance(np.asarray(U).dtype):  # of the dtype it was computed in; NaN fails too
+    if not err <= tolerance(np.asarray(U).dtype if dtype is None else dtype):  # NaN fails too
         raise ValueError(
             f"{what}: the matrix is not unitary (max |U^dagger U - I| = {err:.3g}); pass a unitary matrix."
         )
@@ -821,8 +823,8 @@ def _check_control_values(name, values, num_controls) -> tuple[int, ...]:
     bits = [static_bit(v) for v in values]
     if len(bits) != num_controls or None in bits:
         raise ValueError(
-            f"{name}: control_values must be {num_controls} static values in {{0, 1}} (ints or bools, not "
-            f"traced: they choose the kernel), got {values!r}."
+            f"{name}: control_values must be {num_controls} static values in {{0, 1}} (not traced: they "
+            f"choose the kernel), got {values!r}."
         )
     return tuple(bits)
 

@@ -147,7 +147,9 @@ def _sampled_jvp(primals, tangents):
     raise ValueError(
         "A shot-based estimate (shots=...) cannot be differentiated through the simulation (backprop or "
         "adjoint): sampling is not differentiable. Use diff=qfx.diff.ParameterShift() for gradients with "
-        "shots, or shots=None."
+        "shots, or shots=None. (With ParameterShift already: its shifts cover gate parameters and first "
+        "derivatives in observable coefficients; derivatives in Hermitian matrix entries and second "
+        "derivatives mixing coefficients with gate parameters need shots=None.)"
     )
 
 

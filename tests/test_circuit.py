@@ -220,6 +220,9 @@ def test_repeat_builds_stacked_layers():
     assert tree_allclose(qfx.Repeat(eqx.filter_vmap(_layer)(thetas)), block)
     as_list = qfx.repeat(lambda t: list(_layer(t).ops), thetas, num_wires=N)
     assert tree_allclose(as_list, block)
+    # Non-array arguments pass to every layer unchanged (eqx.filter_vmap's rule).
+    with_static = qfx.repeat(lambda t, scale: _layer(scale * t), thetas, 1)
+    assert tree_allclose(with_static, block)
 
 
 def test_repeat_equals_unrolled_and_reference():

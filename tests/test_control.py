@@ -1062,6 +1062,43 @@ def test_autograph_keeps_in_place_updates():
         np.testing.assert_allclose(np.asarray(p), expected, atol=1e-6)
         assert float(value) == v
 
+    class Builder:  # appends to an attribute inside a traced loop: one qfx.for_loop
+        def __init__(self):
+            self.ops = [qfx.H(1)]
+
+        @qfx.autograph
+        def layers(self, thetas, n):
+            for i in range(n):
+                self.ops.append(qfx.RY(thetas[i], wires=0))
+            return qfx.Circuit(self.ops, num_wires=2)
+
+    thetas = jnp.array([0.3, 0.5, 0.9])
+    built = jax.jit(lambda t, n: probs(Builder().layers(t, n)))(thetas, 2)
+    np.testing.assert_allclose(
+        np.asarray(built), np.asarray(probs(qfx.Circuit([qfx.H(1), qfx.RY(0.8, 0)]))), atol=1e-6
+    )
+
+    cache: dict = {}
+
+    class Counter:  # `add` is not taken for a container's method: the object is no loop state
+        total = 0.0
+
+        def add(self, v):
+            self.total += v
+
+    def scale():
+        return cache.setdefault("scale", 2.0)  # a closure-held cache, changed inside a traced loop: fine
+
+    @qfx.autograph
+    def accumulate(x, n):
+        counter = Counter()
+        for _ in range(n):
+            counter.add(1.0)
+            x = x * scale()
+        return x
+
+    assert float(jax.jit(accumulate)(1.0, 3)) == 8.0
+
 
 def test_autograph_while_evaluates_its_condition_as_python_does():
     calls = []
@@ -1345,14 +1382,26 @@ def test_operation_errors():
         qfx.while_loop(m, [m], max_iterations=-1)
     with pytest.raises(ValueError, match="that measurement is not in the circuit"):
         probs(qfx.Circuit([qfx.cond(m, qfx.X(0))]))
-    # Read before the measurement runs (it would read 0): at the top level, in a loop body, by a while loop.
+    # Read before the measurement runs (it would read 0): at the top level, in a loop before it, by the
+    # condition of a while loop whose body makes it.
     for ops in (
         [qfx.X(0), qfx.cond(m, qfx.X(1)), m],
-        [qfx.X(0), qfx.for_loop(1, lambda i: [qfx.cond(m, qfx.X(1)), m])],
+        [qfx.X(0), qfx.for_loop(2, lambda i: [qfx.cond(m, qfx.X(1))]), m],
         [qfx.while_loop(m, [qfx.X(0), m], max_iterations=2)],
     ):
         with pytest.raises(ValueError, match="reads the outcome m0 before that measurement runs"):
             probs(qfx.Circuit(ops, num_wires=2), mcm="exact")
+    # A QubitUnitary in a loop body (checked for unitarity from its values, not its shape-only skeleton).
+    u = np.asarray(qfx.RY(0.3, 0).matrix())
+    looped_u = qfx.Circuit([qfx.for_loop(3, lambda i: [qfx.QubitUnitary(u, wires=0)])])
+    assert float(expval(looped_u, qfx.Z(0))) == pytest.approx(math.cos(0.9), abs=1e-6)
+    # Feedback in a loop body reads the previous iteration's outcome (0 in the first): as unrolled.
+    fb = qfx.measure(0)
+    looped = qfx.Circuit([qfx.for_loop(3, lambda i: [qfx.cond(fb, qfx.X(1)), qfx.RY(0.7, 0), fb])], 2)
+    unrolled = qfx.Circuit([qfx.RY(0.7, 0), fb] + [qfx.cond(fb, qfx.X(1)), qfx.RY(0.7, 0), fb] * 2, 2)
+    np.testing.assert_allclose(
+        np.asarray(probs(looped, mcm="exact")), np.asarray(probs(unrolled, mcm="exact")), atol=1e-6
+    )
     with pytest.raises(TypeError, match="is not a qfx operation that circuits can run"):
         probs(qfx.Circuit([qfx.cond(True, _Custom())]))
     # Inverses that exist: a for loop and a conditional on a traced value.

@@ -591,6 +591,10 @@ def test_errors():
     for diff in (qfx.diff.Backprop(), qfx.diff.Adjoint()):
         with pytest.raises(ValueError, match="through the simulation"):
             grad_circuit(lambda c, diff=diff: qfx.expval(c, qfx.Z(0), shots=10, key=key, diff=diff))
+    with pytest.raises(ValueError, match="derivatives in Hermitian matrix entries .* need shots=None"):
+        jax.grad(lambda m: qfx.expval(circ, qfx.Hermitian(m, wires=0), shots=10, key=key, diff=ps))(
+            jnp.eye(2, dtype=jnp.float32)
+        )
     with pytest.raises(TypeError, match="reverse-mode"):
         jax.jvp(lambda c: qfx.expval(c, qfx.Z(0), diff=qfx.diff.Adjoint()), (circ,), (circ,))
     for step in (-1.0, 0.0, np.inf, np.nan, True, 1j, "0.1", np.ones(2)):
@@ -599,7 +603,7 @@ def test_errors():
     assert qfx.diff.FiniteDiff(step=np.float32(1e-3)).step == pytest.approx(1e-3)
     # A step whose difference rounding swamps (in float32, 1e-8 is below the spacing of floats near 0.3:
     # the gradient came out 0) is refused when the dtype is known.
-    with pytest.raises(ValueError, match=r"step 1e-08 is below 100 eps \(1.2e-05\)"):
+    with pytest.raises(ValueError, match=r"step 1e-08 is below 50 eps \(6e-06\)"):
         grad_circuit(lambda c: qfx.expval(c, qfx.Z(0), diff=qfx.diff.FiniteDiff(step=1e-8)))
     with pytest.raises(ValueError, match="batch_size must be a positive int"):
         qfx.diff.ParameterShift(batch_size=0)

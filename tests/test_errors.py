@@ -370,14 +370,20 @@ CASES = [
         "repeat_without_layer_axis",
         lambda: qfx.repeat(lambda t: [qfx.RX(t, 0)], [0.1, 0.2]),
         ValueError,
-        r"qfx.repeat: the stacked arguments need a leading layer axis .* got a scalar 0.1 \(a Python list",
+        r"qfx.repeat: the stacked arrays need a leading layer axis .* got no array \(a Python list",
+    ),
+    (
+        "repeat_scalar_array",
+        lambda: qfx.repeat(lambda t: [qfx.RX(t, 0)], jnp.float32(0.1)),
+        ValueError,
+        r"qfx.repeat: the stacked arrays need a leading layer axis .* got \[\(\)\]",
     ),
     # Traced values where static ones choose the kernel: named, not a TracerBoolConversionError.
     (
         "traced_control_values",
         lambda: jax.jit(lambda v: qfx.state(qfx.Circuit([qfx.Controlled(qfx.X(0), 1, control_values=v)])))(1),
         ValueError,
-        r"Controlled: control_values must be 1 static values in \{0, 1\} \(ints or bools, not traced",
+        r"Controlled: control_values must be 1 static values in \{0, 1\} \(not traced",
     ),
     (
         "traced_postselect",

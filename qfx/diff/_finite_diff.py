@@ -32,8 +32,8 @@ class FiniteDiff(AbstractDiffMethod):
     - `step`: the step `h`; by default `eps ** (1/3)` of the real dtype (about `5e-3` in float32,
       `6e-6` in float64), which balances the two errors for functions of order one. The dtype is the
       coarser of the leaf's and the state's: a float32 leaf in a complex128 simulation steps as float32.
-      A step below `100 eps` of that dtype (1.2e-5 in float32, 2.2e-14 in float64) is refused: rounding
-      would make up more than a percent of the difference (below the spacing of the parameter's floats,
+      A step below `50 eps` of that dtype (6e-6 in float32, 1.1e-14 in float64) is refused: rounding
+      would make up more than a few percent of the difference (below the spacing of the parameter's floats,
       all of it: the gradient comes out 0).
     - `batch_size`: how many shifted circuits are simulated together; by default as many as fit in about
       256 MiB of state vectors.
@@ -50,10 +50,15 @@ class FiniteDiff(AbstractDiffMethod):
 
     def __init__(self, step: float | None = None, batch_size: int | None = None):
         if step is not None:
-            value = np.asarray(step) if isinstance(step, (int, float, np.generic, jax.Array)) else None
+            static = isinstance(step, (int, float, np.generic, jax.Array)) and not isinstance(
+                step, jax.core.Tracer
+            )
+            value = np.asarray(step) if static else None
             real = value is not None and value.ndim == 0 and value.dtype.kind in "iuf"  # not bool, complex
             if not real or not 0 < float(value) < np.inf:
-                raise ValueError(f"qfx.diff.FiniteDiff: step must be a positive finite float, got {step!r}.")
+                raise ValueError(
+                    f"qfx.diff.FiniteDiff: step must be a positive finite float (static), got {step!r}."
+                )
             step = float(step)  # a static field: a NumPy or JAX scalar becomes a Python float
         self.step = step
         self.batch_size = batch_size
@@ -66,9 +71,9 @@ class FiniteDiff(AbstractDiffMethod):
         # finfo of a complex dtype: its real parts'
         eps = max(float(jnp.finfo(jnp.result_type(leaf)).eps), float(jnp.finfo(state_dtype).eps))
         h = eps ** (1 / 3) if self.step is None else self.step
-        if h < 100 * eps:
+        if h < 50 * eps:
             raise ValueError(
-                f"qfx.diff.FiniteDiff: step {h:g} is below 100 eps ({100 * eps:.2g}) of the parameters' "
+                f"qfx.diff.FiniteDiff: step {h:g} is below 50 eps ({50 * eps:.2g}) of the parameters' "
                 "(or the state's, if coarser) precision: rounding would swamp the difference. Use a larger "
                 f"step (the default, eps**(1/3) = {eps ** (1 / 3):.2g}, balances rounding and truncation), "
                 "or float64."
