@@ -219,7 +219,6 @@ class _TracedRange:
 
 # --- containers changed in place -------------------------------------------------------------------
 
-# Methods that change a list, dict or set in place.
 # Methods that change a list, dict or set in place; not names common on other objects (`update`, `add`,
 # `clear`: optimizers, counters, progress bars), whose owners would be taken for loop state.
 _MUTATORS = frozenset("append extend insert pop remove sort reverse setdefault popitem discard".split())
@@ -342,6 +341,7 @@ def _fresh(value):
 
 
 def _same(a, b) -> bool:
+    """Whether `b` holds what `a` holds: the same structure and the same leaves (equal NumPy arrays)."""
     if jax.tree.structure(a) != jax.tree.structure(b):
         return False
     return all(
