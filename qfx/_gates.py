@@ -818,8 +818,8 @@ class MultiControlledX(AbstractGate):
 def _check_control_values(name, values, num_controls) -> tuple[int, ...]:
     if values is None:
         return (1,) * num_controls
-    if isinstance(values, (int, bool, np.integer, np.bool_)) or np.ndim(values) == 0:
-        values = (values,)
+    if not isinstance(values, (list, tuple)):  # one value, or an array of them
+        values = (values,) if np.ndim(values) == 0 else tuple(values)
     bits = [static_bit(v) for v in values]
     if len(bits) != num_controls or None in bits:
         raise ValueError(
