@@ -370,13 +370,13 @@ def measure(wire: int, reset: bool = False, postselect: int | None = None) -> Mi
     count = static_count(wire)
     if count is None:
         raise ValueError(f"qfx.measure: wire must be a non-negative int, got {wire!r}.")
-    if postselect is not None and static_bit(postselect) is None:
+    bit = None if postselect is None else static_bit(postselect)
+    if postselect is not None and bit is None:
         raise ValueError(f"qfx.measure: postselect must be None, 0 or 1 (static), got {postselect!r}.")
     if not isinstance(reset, (bool, np.bool_)):  # bool("no") is True
         raise TypeError(f"qfx.measure: reset must be True or False, got {reset!r}.")
     token = _Token()
-    postselect = None if postselect is None else static_bit(postselect)
-    return MidMeasure(count, bool(reset), postselect, token, _Link(token))
+    return MidMeasure(count, bool(reset), bit, token, _Link(token))
 
 
 def _as_circuit(ops, what: str) -> Circuit:

@@ -435,9 +435,9 @@ def sample(
     check_mcm(mcm, "sample")
     wires = _check_measured_wires(circuit, wires, "sample")
     n = circuit.num_wires
+    per_shot = 2 * len(wires) + 5  # int32s: a uniform, two gathered masses, the index and the bits twice
     K.check_memory(
-        shots
-        * (2 * len(wires) + 5),  # per shot: a uniform, two gathered masses, the index twice, the bits twice
+        shots * per_shot,
         f"qfx.sample: {shots} shots of {len(wires)} wires (the draws, their indices and the bits)",
         "Draw fewer shots per call (jax.vmap over split keys, or several calls).",
         dtype=np.int32,

@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._custom_types import is_key
+from .._custom_types import is_concrete, is_key
 from .._kernels import run
 from ._base import AbstractDiffMethod, check_batch_size, check_gates_only
 from ._shifts import chunk_size, shifted_jvp
@@ -50,10 +50,8 @@ class FiniteDiff(AbstractDiffMethod):
 
     def __init__(self, step: float | None = None, batch_size: int | None = None):
         if step is not None:
-            static = isinstance(step, (int, float, np.generic, jax.Array)) and not isinstance(
-                step, jax.core.Tracer
-            )
-            value = np.asarray(step) if static else None
+            number = isinstance(step, (int, float, np.generic, jax.Array))
+            value = np.asarray(step) if number and is_concrete(step) else None
             real = value is not None and value.ndim == 0 and value.dtype.kind in "iuf"  # not bool, complex
             if not real or not 0 < float(value) < np.inf:
                 raise ValueError(
