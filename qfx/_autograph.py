@@ -33,6 +33,7 @@ from malt.pyct import errors as malt_errors, origin_info
 import numpy as np
 
 from ._control import MeasurementValue, MidMeasure, cond, for_loop, while_loop
+from ._custom_types import is_concrete
 from ._gates import AbstractOperation
 
 _F = TypeVar("_F")
@@ -133,7 +134,8 @@ def autograph(fn: _F) -> _F:
     that appends operations cannot also update arrays. Lists, dicts and arrays changed in place otherwise
     behave as in Python (a helper's `ops.append` reaches the caller's list), except in a loop or `if` on a
     traced value, whose results are new arrays: a list or dict it changes is rebound to a new one, which
-    aliases made before it do not see.
+    aliases made before it do not see. A traced `range` whose step is itself traced and 0 runs no iterations
+    (Python raises; a step of 0 known at trace time raises here too).
 
     Gradients: `lax.fori_loop` and `lax.while_loop` with traced bounds allow only forward mode
     (`jax.jvp`, `jax.jacfwd`); `lax.cond` allows both. `malt.experimental.set_loop_options(
@@ -203,6 +205,8 @@ class _TracedRange:
             args = (0, args[0], 1)
         elif len(args) == 2:
             args = (args[0], args[1], 1)
+        if is_concrete(args[2]) and np.ndim(args[2]) == 0 and args[2] == 0:
+            raise _error(ValueError, "range() step must not be zero.")
         self.start, self.stop, self.step = (jnp.asarray(a) for a in args)
         for a in (self.start, self.stop, self.step):
             if not jnp.issubdtype(a.dtype, jnp.integer) or a.shape != ():

@@ -1120,6 +1120,19 @@ def test_autograph_while_evaluates_its_condition_as_python_does():
     assert calls == [0, 1, 2, 3]
 
 
+def test_autograph_traced_range_refuses_a_zero_step():
+    @qfx.autograph
+    def count(n, step):
+        k = jnp.int32(0)
+        for _ in range(0, n, step):
+            k += 1
+        return k
+
+    assert int(jax.jit(count, static_argnums=1)(5, 2)) == 3
+    with pytest.raises(ValueError, match="range.. step must not be zero"):
+        jax.jit(count, static_argnums=1)(5, 0)
+
+
 @qfx.autograph
 def _helper_in_traced_loop(thetas, n):
     ops = [qfx.H(1)]
