@@ -90,6 +90,10 @@ def _array_module(*coeffs):
 class AbstractObservable(eqx.Module):
     """A Hermitian operator. Supports `+`, `-`, `*` by real scalars and `@` (tensor product)."""
 
+    # NumPy arrays defer to the observable's own operators (`np.float32(2) * Z(0)` is `2 * Z(0)`, and
+    # `np.ones(2) * Z(0)` a clear error) instead of building an object array of observables.
+    __array_ufunc__ = None
+
     @property
     @abc.abstractmethod
     def wires(self) -> tuple[int, ...]:

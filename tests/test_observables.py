@@ -188,6 +188,18 @@ def test_repeated_words_merge_with_traced_coefficients():
     np.testing.assert_allclose(grad, [z0, x1, z0], atol=2e-5)
 
 
+def test_numpy_coefficients_on_the_left():
+    # NumPy used to broadcast its operators over the observable: an object array of observables.
+    for scale in (np.float32(2.0), np.int64(2), np.array(2.0)):
+        lc = scale * qfx.Z(0)
+        assert isinstance(lc, qfx.LinearCombination)
+        np.testing.assert_allclose(lc.coeffs, [2.0])
+    with pytest.raises(ValueError, match="expected a scalar coefficient, got shape .2,."):
+        np.ones(2) * qfx.Z(0)
+    with pytest.raises(TypeError):
+        np.ones(2) + qfx.Z(0)
+
+
 def test_coefficients_are_leaves_and_words_are_static():
     h = 0.5 * qfx.Z(0) + 0.2 * qfx.X(1) @ qfx.Y(2) + qfx.Hermitian(np.eye(2), wires=0)
     leaves = jax.tree.leaves(h)
