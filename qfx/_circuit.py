@@ -363,8 +363,8 @@ def draw(circuit: Circuit, *, decimals: int = 2) -> str:
             return {wires[0]: "●"} | {w: "×" for w in wires[1:]}
         if op.name in _CONTROLLED_ROTATIONS:  # the control, then the rotation on the target
             return {wires[0]: "●", wires[1]: label(op, _CONTROLLED_ROTATIONS[op.name])}
-        if op.name == "PauliRot":  # each wire's letter
-            return {w: label(op, f"R{letter}") for w, letter in zip(wires, op.pauli_word, strict=True)}
+        if op.name == "PauliRot":  # one gate, each wire's letter (`RX`/`RY` would read as two gates)
+            return {w: f"{label(op)}:{letter}" for w, letter in zip(wires, op.pauli_word, strict=True)}
         if len(wires) > 1 and op.name not in _SYMMETRIC:  # the order of the wires matters: number them
             return {w: f"{label(op)}:{k}" for k, w in enumerate(wires)}
         return {w: label(op) for w in wires}

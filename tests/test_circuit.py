@@ -148,7 +148,7 @@ def test_draw_tells_which_wire_is_which():
     cells = [[c for c in line[3:].split("─") if c] for line in qfx.draw(circ).split("\n")]
     assert cells[2][0] == "●" and cells[0][0] == "RX(0.30)"
     assert [cells[w][1] for w in range(3)] == ["×", "●", "×"]
-    assert cells[1][2] == "RX(0.20)" and cells[0][2] == "RZ(0.20)"
+    assert cells[1][2] == "PauliRot(0.20):X" and cells[0][2] == "PauliRot(0.20):Z"
     assert cells[2][2] == "QubitUnitary(·):0" and cells[0][3] == "QubitUnitary(·):1"  # wire 2: no PauliRot
     assert cells[0][4] == cells[2][3] == "ISWAP"
 
