@@ -16,8 +16,9 @@ def _st_argmax(x: Array, axis: int) -> Array:
 def _st_argmax_jvp(axis, primals, tangents):
     (x,), (t,) = primals, tangents
     hard = _st_argmax(x, axis)
-    # Linear in the tangent, so reverse mode (jax.grad) transposes it: only the chosen entry passes.
-    return hard, t * hard
+    # Linear in the tangent, so reverse mode (jax.grad) transposes it: only the chosen entry passes. The
+    # choice is a constant of the derivative (that of `x * one_hot`): higher derivatives are zero.
+    return hard, t * jax.lax.stop_gradient(hard)
 
 
 def straight_through_argmax(x: Float[Array, "..."], axis: int = -1) -> Float[Array, "..."]:

@@ -457,12 +457,12 @@ class _StraightThroughArgMax(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (hard,) = ctx.saved_tensors
-        return grad * hard, None
+        return grad * hard.detach(), None  # the choice is a constant: higher derivatives are zero
 
     @staticmethod
     def jvp(ctx, tangent, _):
         (hard,) = ctx.saved_tensors
-        return tangent * hard
+        return tangent * hard.detach()
 
 
 def straight_through_argmax(x, dim: int = -1):

@@ -940,6 +940,25 @@ def test_straight_through_argmax_torch_and_jax_agree():
     assert tree_allclose(qt.straight_through_argmax(jnp.asarray(logits)), jax_hard)
 
 
+def test_straight_through_argmax_higher_derivatives_hold_the_choice_fixed():
+    # The derivative is that of x * one_hot with the one-hot a constant, so for h(z) = sum(w * st(z) * z**2)
+    # the Hessian is diag(w * one_hot * (4 z + 2)): 2 w z (st's own derivative, twice) plus 2 w from z**2.
+    z = np.array([0.2, 1.5, -0.3])
+    w = np.array([1.0, 2.0, 3.0])
+    one_hot = np.array([0.0, 1.0, 0.0])
+    expected = np.diag(w * one_hot * (4 * z + 2))
+
+    def h_torch(x):
+        return (torch.tensor(w) * qt.straight_through_argmax(x) * x**2).sum()
+
+    x = torch.tensor(z)
+    assert tree_allclose(_np(torch.autograd.functional.hessian(h_torch, x, create_graph=True)), expected)
+    assert tree_allclose(_np(torch.func.jacrev(torch.func.jacrev(h_torch))(x)), expected)
+    with jax.enable_x64(True):
+        hessian = jax.hessian(lambda v: jnp.sum(w * qfx.straight_through_argmax(v) * v**2))(jnp.asarray(z))
+    assert tree_allclose(hessian, expected)
+
+
 def test_straight_through_argmax_errors():
     with pytest.raises(TypeError, match="floating tensor, got dtype torch.int64"):
         qt.straight_through_argmax(torch.tensor([1, 2]))
