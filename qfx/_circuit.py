@@ -1,13 +1,14 @@
 """Circuits: immutable sequences of operations, and `Repeat`, a block of stacked layers run by `lax.scan`."""
 
 from collections.abc import Callable, Iterable
+import numbers
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._custom_types import as_leaf, is_concrete, static_count
+from ._custom_types import as_leaf, host_number, static_count
 from ._gates import AbstractGate, AbstractOperation, Adjoint, QubitUnitary, check_unitary
 
 
@@ -214,6 +215,11 @@ def check_parameter_shapes(ops, fn: str, layers: tuple[int, ...] = (), advice: s
             op.check_shapes(fn, layers, advice)
         elif isinstance(op, AbstractGate) and op.parameter_shapes is not None:
             for p, want in zip(op.parameters, op.parameter_shapes, strict=True):
+                if not isinstance(p, (numbers.Number, np.ndarray, np.generic, jax.Array)):
+                    raise TypeError(
+                        f"qfx.{fn}: {op.name} on wires {op.wires} has a parameter {p!r}, not a number or an "
+                        "array (the static half of eqx.partition? Put it back with eqx.combine first)."
+                    )
                 if want == () and jnp.iscomplexobj(p):  # an eqx.tree_at edit skips the gate's own check
                     raise TypeError(f"qfx.{fn}: {op.name} on wires {op.wires} has a complex angle {p!r}.")
                 if np.shape(p) != (*layers, *want):
@@ -332,7 +338,7 @@ def draw(circuit: Circuit, *, decimals: int = 2) -> str:
 
     def label(op: AbstractGate, name: str | None = None) -> str:
         params = [
-            f"{float(p):.{decimals}f}" if is_concrete(p) and np.ndim(p) == 0 else "·" for p in op.parameters
+            "·" if (value := host_number(p)) is None else f"{value:.{decimals}f}" for p in op.parameters
         ]
         return (name or op.name) + (f"({','.join(params)})" if params and len(params) <= 3 else "")
 

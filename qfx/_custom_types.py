@@ -63,6 +63,20 @@ def is_concrete(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
+def host_number(x) -> complex | float | None:
+    """`x` as a Python number when it is a concrete numeric scalar (a number, a 0-d NumPy or JAX array);
+    None for anything else: a tracer, an array with more entries, and the other things a circuit's leaves
+    can be in a tree that is not simulated (None in the static half of `eqx.partition`, a
+    `ShapeDtypeStruct` from `jax.eval_shape`, an Optax label, a float0 gradient)."""
+    if isinstance(x, (bool, int, float, complex)):
+        return x
+    if not isinstance(x, (np.ndarray, np.generic, jax.Array)) or not is_concrete(x) or np.ndim(x) != 0:
+        return None
+    if not (np.issubdtype(x.dtype, np.number) or np.issubdtype(x.dtype, np.bool_)):
+        return None  # float0, object
+    return complex(x) if np.iscomplexobj(x) else float(x)
+
+
 def as_numeric(value, what: str, *, inexact: bool = False) -> Array:
     """`jnp.asarray(value)` for numbers and arrays of numbers; for anything else (a string, None, an object)
     a TypeError that names `what`, where JAX's own error would name neither the gate nor the argument.

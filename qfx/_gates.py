@@ -25,6 +25,7 @@ from ._custom_types import (
     as_numeric,
     check_wires,
     complex_dtype,
+    host_number,
     is_concrete,
     real_dtype,
     static_bit,
@@ -133,10 +134,14 @@ class AbstractGate(AbstractOperation):
     def __repr__(self):
         params = []
         for p in self.parameters:
-            if is_concrete(p) and np.ndim(p) == 0:
-                params.append(f"{float(p):.4g}")
-            else:
-                params.append(f"{type(p).__name__}{tuple(p.shape)}")
+            value = host_number(p)
+            if value is not None:
+                params.append(f"{value:.4g}")
+            elif hasattr(p, "shape") and hasattr(p, "dtype"):
+                kind = "float0" if p.dtype == jax.dtypes.float0 else type(p).__name__  # float0: allow_int
+                params.append(f"{kind}{tuple(p.shape)}")
+            else:  # a leaf of a tree that is not simulated (see host_number)
+                params.append(repr(p))
         wires = self.wires[0] if len(self.wires) == 1 else self.wires
         return f"{self.name}({', '.join(params + [f'wires={wires}'])})"
 

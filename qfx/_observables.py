@@ -201,7 +201,7 @@ class PauliWord(AbstractObservable):
             if w in word:
                 raise ValueError(f"PauliWord: wire {wire} appears twice; multiply with @ instead.")
             if letter != "I":
-                word[w] = letter
+                word[w] = str(letter)  # a NumPy string would be a NumPy scalar in a static field
         self.word = tuple(sorted(word.items()))
 
     @property
@@ -302,7 +302,8 @@ class LinearCombination(AbstractObservable):
         # tracers. Coefficients that are traced, or not one per term (a vmapped batch, an eqx.tree_at edit),
         # print as "c".
         c = self.coeffs
-        host = np.asarray(c) if is_concrete(c) and np.shape(c) == (len(self.terms),) else None
+        numeric = isinstance(c, (np.ndarray, jax.Array)) and np.issubdtype(c.dtype, np.number)
+        host = np.asarray(c) if numeric and is_concrete(c) and np.shape(c) == (len(self.terms),) else None
         parts = []
         for k, t in enumerate(self.terms):
             cs = "c" if host is None else f"{host[k]:.4g}"

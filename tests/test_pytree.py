@@ -1,5 +1,7 @@
 """Circuits as pytrees: vmap, jit without recompiling, tree_at, serialisation, Optax."""
 
+import warnings
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -207,6 +209,36 @@ def test_numpy_scalars_in_static_fields():
     rot = qfx.PauliRot(0.1, np.str_("XZ"), (0, 1))
     assert type(rot.pauli_word) is str
     np.testing.assert_allclose(rot.matrix(), qfx.PauliRot(0.1, "XZ", (0, 1)).matrix())
+
+
+def test_trees_that_are_not_simulated_print_and_draw():
+    """The static half of eqx.partition, an eval_shape skeleton, an Optax label tree and an allow_int
+    gradient (a float0 leaf) are circuits whose leaves are not numbers; repr and draw crashed on them."""
+    circ = qfx.Circuit([qfx.H(0), qfx.RX(0.3, wires=0), qfx.Rot(0.1, 0.2, 0.3, wires=1), qfx.CNOT((0, 2))])
+    integer = eqx.tree_at(lambda c: c.ops[1].theta, circ, jnp.asarray(1))
+    grad = jax.grad(qfx.expval, allow_int=True)(integer, H)
+    trees = {
+        "None": eqx.partition(circ, eqx.is_inexact_array)[1],
+        "ShapeDtypeStruct()": jax.eval_shape(lambda: circ),
+        "'train'": jax.tree.map(lambda _: "train", circ),
+        "float0()": grad,
+    }
+    for shown, tree in trees.items():
+        assert f"RX({shown}, wires=0)" in repr(tree)
+    assert [qfx.draw(t).split("\n")[0].split("─")[3] for t in trees.values()] == ["RX(·)"] * 4
+    assert "c * Z(0) @ Z(1)" in repr(jax.eval_shape(lambda: H))
+    # Simulating one gets an error that names the gate, not a TypeError from inside a kernel.
+    with pytest.raises(TypeError, match="RX on wires .0,. has a parameter None, not a number.*eqx.combine"):
+        qfx.probs(trees["None"])
+    with pytest.raises(TypeError, match="RX on wires .0,. has a parameter 'train'"):
+        qfx.expval(trees["'train'"], H)
+
+
+def test_pauli_word_letters_from_numpy():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Equinox warns of a NumPy scalar in a static field
+        word = qfx.PauliWord(dict(enumerate(np.array(["Z", "X"]))))
+    assert word.word == ((0, "Z"), (1, "X")) and all(type(letter) is str for _, letter in word.word)
 
 
 def test_batches_sharded_with_explicit_axes():
