@@ -292,6 +292,12 @@ def repeat(
             "jnp.asarray(...))."
         )
 
+    if len({a.shape[0] for a in arrays}) > 1:
+        raise ValueError(
+            f"qfx.repeat: the stacked arrays have different numbers of layers {[a.shape for a in arrays]} "
+            "(the leading axis is the layer axis)."
+        )
+
     def one(*args):
         out = layer_fn(*args)
         if isinstance(out, Circuit):
@@ -303,7 +309,8 @@ def repeat(
             )
         return Circuit(out, num_wires)
 
-    return Repeat(eqx.filter_vmap(one)(*stacked))
+    # The length from the arguments: a layer may use none of them (a fixed entangler repeated).
+    return Repeat(eqx.filter_vmap(one)(*stacked), length=arrays[0].shape[0])
 
 
 # Two-qubit gates drawn as a control (the first wire) and the named gate on the target.

@@ -237,6 +237,10 @@ def test_repeat_without_parameters_needs_length():
     assert block.length == 3
     circ = qfx.Circuit([qfx.RY(0.3, wires=1), block])
     np.testing.assert_allclose(np.asarray(qfx.state(circ)), ref.final_state(circ), atol=1e-6)
+    # qfx.repeat takes the length from its arguments, whether or not the layer uses them.
+    built = qfx.repeat(lambda t: [qfx.H(0), qfx.CNOT((0, 1))], jnp.zeros((3, 2)))
+    assert built.length == 3
+    np.testing.assert_allclose(qfx.state(qfx.Circuit([qfx.RY(0.3, wires=1), built])), qfx.state(circ))
 
 
 def test_gradient_through_repeat(x64):

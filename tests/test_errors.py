@@ -378,6 +378,12 @@ CASES = [
         ValueError,
         r"qfx.repeat: the stacked arrays need a leading layer axis .* got \[\(\)\]",
     ),
+    (
+        "repeat_layer_counts_differ",
+        lambda: qfx.repeat(lambda a, b: [qfx.RX(a, 0), qfx.RY(b, 0)], jnp.ones(3), jnp.ones(4)),
+        ValueError,
+        r"qfx.repeat: the stacked arrays have different numbers of layers \[\(3,\), \(4,\)\]",
+    ),
     # Traced values where static ones choose the kernel: named, not a TracerBoolConversionError.
     (
         "traced_control_values",
