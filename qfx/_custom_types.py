@@ -40,7 +40,11 @@ def tolerance(dtype) -> float:
 def as_leaf(x):
     """A Python float or complex as an array of the default dtype (a parameter leaf), a NumPy array as a
     JAX array (floats in the default dtype: a traced index cannot index a NumPy array); anything else as
-    it is. Python ints are counts (a for_loop's length) and stay ints."""
+    it is. Python ints are counts (a for_loop's length) and stay ints. Half-precision floats (float16,
+    bfloat16; the constructors cast them, an edit does not) become the default float dtype: the gates'
+    trigonometry in bfloat16 was off by 2e-3."""
+    if isinstance(x, (np.ndarray, jax.Array)) and x.dtype in (jnp.float16, jnp.bfloat16):
+        return x.astype(real_dtype())
     if isinstance(x, complex):
         return jnp.asarray(x, complex_dtype())
     if isinstance(x, float):

@@ -234,6 +234,21 @@ def test_trees_that_are_not_simulated_print_and_draw():
         qfx.expval(trees["'train'"], H)
 
 
+def test_half_precision_angles_are_simulated_in_the_default_dtype():
+    # The constructors cast angles; an edit put a bfloat16 angle in as it was, and its trigonometry in
+    # bfloat16 was off by 2e-3 (float16: 2e-4).
+    circ = qfx.Circuit([qfx.RX(0.3, wires=0), qfx.CRY(0.2, wires=(0, 1))])
+    for dtype in (jnp.bfloat16, jnp.float16):
+        angle = jnp.asarray(1.234567, dtype)
+        edited = eqx.tree_at(lambda c: c.ops[0].theta, circ, angle)
+        expected = np.cos(float(angle))  # <Z0> after RX(t) is cos(t), at the angle as stored
+        np.testing.assert_allclose(qfx.expval(edited, qfx.Z(0)), expected, rtol=1e-6)
+        batched = jax.vmap(lambda t: qfx.expval(eqx.tree_at(lambda c: c.ops[0].theta, circ, t), qfx.Z(0)))
+        np.testing.assert_allclose(batched(jnp.stack([angle, angle])), [expected] * 2, rtol=1e-6)
+        grad = jax.grad(qfx.expval)(edited, qfx.Z(0))
+        assert grad.ops[0].theta.dtype == dtype  # the gradient keeps the leaf's dtype
+
+
 def test_pauli_word_letters_from_numpy():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # Equinox warns of a NumPy scalar in a static field
