@@ -205,8 +205,8 @@ class _TracedRange:
             args = (0, args[0], 1)
         elif len(args) == 2:
             args = (args[0], args[1], 1)
-        if is_concrete(args[2]) and np.ndim(args[2]) == 0 and args[2] == 0:
-            raise _error(ValueError, "range() step must not be zero.")
+        if is_concrete(args[2]) and np.ndim(args[2]) == 0 and np.asarray(args[2]) == 0:
+            raise _error(ValueError, "range() arg 3 must not be zero.")
         self.start, self.stop, self.step = (jnp.asarray(a) for a in args)
         for a in (self.start, self.stop, self.step):
             if not jnp.issubdtype(a.dtype, jnp.integer) or a.shape != ():

@@ -1,14 +1,13 @@
 """Circuits: immutable sequences of operations, and `Repeat`, a block of stacked layers run by `lax.scan`."""
 
 from collections.abc import Callable, Iterable
-import numbers
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._custom_types import as_leaf, host_number, static_count
+from ._custom_types import as_leaf, host_number, is_numeric_leaf, static_count
 from ._gates import AbstractGate, AbstractOperation, Adjoint, QubitUnitary, check_unitary
 
 
@@ -215,10 +214,11 @@ def check_parameter_shapes(ops, fn: str, layers: tuple[int, ...] = (), advice: s
             op.check_shapes(fn, layers, advice)
         elif isinstance(op, AbstractGate) and op.parameter_shapes is not None:
             for p, want in zip(op.parameters, op.parameter_shapes, strict=True):
-                if not isinstance(p, (numbers.Number, np.ndarray, np.generic, jax.Array)):
+                if not is_numeric_leaf(p):
                     raise TypeError(
                         f"qfx.{fn}: {op.name} on wires {op.wires} has a parameter {p!r}, not a number or an "
-                        "array (the static half of eqx.partition? Put it back with eqx.combine first)."
+                        "array of numbers (a tree that is not a circuit to simulate: the static half of "
+                        "eqx.partition, an Optax label tree?)."
                     )
                 if want == () and jnp.iscomplexobj(p):  # an eqx.tree_at edit skips the gate's own check
                     raise TypeError(f"qfx.{fn}: {op.name} on wires {op.wires} has a complex angle {p!r}.")

@@ -2,6 +2,7 @@
 
 from collections.abc import Callable, Sequence
 import functools
+import numbers
 
 import jax
 import jax.numpy as jnp
@@ -67,7 +68,22 @@ def is_concrete(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
-def host_number(x) -> complex | float | None:
+def is_numeric_leaf(x) -> bool:
+    """True for a number, or an array (traced or not, or a `ShapeDtypeStruct`) of numbers, bools or
+    float0 (the gradient of an integer leaf); False for None, strings, Optax labels and other objects."""
+    if isinstance(x, numbers.Number):
+        return True
+    dtype = getattr(x, "dtype", None)
+    if dtype is None or not hasattr(x, "shape"):
+        return False
+    try:
+        numeric = jnp.issubdtype(dtype, jnp.number) or jnp.issubdtype(dtype, jnp.bool_)
+        return numeric or dtype == jax.dtypes.float0
+    except TypeError:  # not a dtype NumPy knows
+        return False
+
+
+def host_number(x) -> bool | int | float | complex | None:
     """`x` as a Python number when it is a concrete numeric scalar (a number, a 0-d NumPy or JAX array);
     None for anything else: a tracer, an array with more entries, and the other things a circuit's leaves
     can be in a tree that is not simulated (None in the static half of `eqx.partition`, a
@@ -76,9 +92,9 @@ def host_number(x) -> complex | float | None:
         return x
     if not isinstance(x, (np.ndarray, np.generic, jax.Array)) or not is_concrete(x) or np.ndim(x) != 0:
         return None
-    if not (np.issubdtype(x.dtype, np.number) or np.issubdtype(x.dtype, np.bool_)):
-        return None  # float0, object
-    return complex(x) if np.iscomplexobj(x) else float(x)
+    if not is_numeric_leaf(x) or x.dtype == jax.dtypes.float0:
+        return None
+    return complex(x) if jnp.iscomplexobj(x) else float(x)
 
 
 def as_numeric(value, what: str, *, inexact: bool = False) -> Array:

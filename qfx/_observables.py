@@ -20,6 +20,7 @@ from ._custom_types import (
     check_wires,
     complex_dtype,
     is_concrete,
+    is_numeric_leaf,
     real_dtype,
     static_count,
 )
@@ -302,11 +303,12 @@ class LinearCombination(AbstractObservable):
         # tracers. Coefficients that are traced, or not one per term (a vmapped batch, an eqx.tree_at edit),
         # print as "c".
         c = self.coeffs
-        numeric = isinstance(c, (np.ndarray, jax.Array)) and np.issubdtype(c.dtype, np.number)
-        host = np.asarray(c) if numeric and is_concrete(c) and np.shape(c) == (len(self.terms),) else None
+        host = np.asarray(c) if is_concrete(c) and not isinstance(c, jax.ShapeDtypeStruct) else None
+        if host is None or host.shape != (len(self.terms),) or not is_numeric_leaf(host):
+            host = None
         parts = []
         for k, t in enumerate(self.terms):
-            cs = "c" if host is None else f"{host[k]:.4g}"
+            cs = "c" if host is None else f"{float(host[k]):.4g}"
             ts = repr(t) if isinstance(t, PauliWord) else f"Hermitian(wires={t.wires})"
             parts.append(f"{cs} * {ts}")
         return " + ".join(parts).replace("+ -", "- ") or "0"

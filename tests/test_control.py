@@ -1129,8 +1129,11 @@ def test_autograph_traced_range_refuses_a_zero_step():
         return k
 
     assert int(jax.jit(count, static_argnums=1)(5, 2)) == 3
-    with pytest.raises(ValueError, match="range.. step must not be zero"):
-        jax.jit(count, static_argnums=1)(5, 0)
+    two, zero = jnp.asarray(2), jnp.asarray(0)  # concrete JAX steps inside the trace
+    assert int(jax.jit(lambda n: count(n, two))(5)) == 3
+    for step in (0, zero):
+        with pytest.raises(ValueError, match="range.. arg 3 must not be zero"):
+            jax.jit(lambda n, step=step: count(n, step))(5)
 
 
 @qfx.autograph

@@ -227,8 +227,13 @@ def test_trees_that_are_not_simulated_print_and_draw():
         assert f"RX({shown}, wires=0)" in repr(tree)
     assert [qfx.draw(t).split("\n")[0].split("─")[3] for t in trees.values()] == ["RX(·)"] * 4
     assert "c * Z(0) @ Z(1)" in repr(jax.eval_shape(lambda: H))
+    # Numbers in any dtype still print as numbers (NumPy does not count bfloat16 as a number).
+    half = jax.tree.map(lambda x: x.astype(jnp.bfloat16), (qfx.RX(0.3, 0), 0.5 * qfx.Z(0) + 0.25 * qfx.X(1)))
+    assert repr(half) == "(RX(0.3008, wires=0), 0.5 * Z(0) + 0.25 * X(1))"
+    listed = eqx.tree_at(lambda o: o.coeffs, H, [1, 2, 3])
+    assert repr(listed) == "1 * Z(0) @ Z(1) + 2 * X(0) + 3 * X(1) @ Y(2)"
     # Simulating one gets an error that names the gate, not a TypeError from inside a kernel.
-    with pytest.raises(TypeError, match="RX on wires .0,. has a parameter None, not a number.*eqx.combine"):
+    with pytest.raises(TypeError, match="RX on wires .0,. has a parameter None, not a number.*eqx.partition"):
         qfx.probs(trees["None"])
     with pytest.raises(TypeError, match="RX on wires .0,. has a parameter 'train'"):
         qfx.expval(trees["'train'"], H)
