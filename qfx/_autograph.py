@@ -83,7 +83,7 @@ class _Converter(malt_api.PyToPy):
         return self._extra_locals
 
     def transform_ast(self, node, ctx):
-        return super().transform_ast(_InPlaceUpdates().visit(node), ctx)
+        return super().transform_ast(_InPlaceUpdates().visit(_LoopElse().visit(node)), ctx)
 
     def convert(self, fn):
         options = converter.ConversionOptions(recursive=True, user_requested=True, optional_features=())
@@ -126,6 +126,7 @@ def autograph(fn: _F) -> _F:
     appended to the list, and `if m:` / `while m:` on a measurement value (`m = qfx.measure(0)`) are
     conditionals on its outcome. Control flow on Python values stays Python (loops over `range(3)`
     unroll as usual). Functions that `fn` calls are converted too (those of JAX, NumPy and qfx are not).
+    A loop's `else` clause runs as in Python: after the loop, unless a `break` of that loop ran.
 
     Not converted, with an error naming the line: `break` (or `return`) inside a converted loop,
     variables first assigned inside a converted loop or in only one branch, and branches or iterations
@@ -219,6 +220,56 @@ class _TracedRange:
 
     def index(self, k) -> jax.Array:
         return (self.start + k * self.step).astype(jnp.int32)
+
+
+# --- loops with an `else` clause ------------------------------------------------------------------
+
+
+class _LoopElse(ast.NodeTransformer):
+    """Rewrites `for` / `while` loops with an `else` clause, which malt refuses to convert, into loops
+    without one, exactly: the `else` statements follow the loop, and when the loop has a `break` of its own
+    they run under `if flag:`, a flag set before the loop and cleared by each of its `break`s. (A `break` in
+    a loop on a traced value is refused later, with the line, as for any such loop.)"""
+
+    def __init__(self):
+        self.count = 0
+
+    def _loop(self, node):
+        self.generic_visit(node)  # inner loops first: a `break` in an inner loop's `else` is this loop's
+        if not node.orelse:
+            return node
+        orelse, node.orelse = node.orelse, []
+        flag = f"qfx_loop_not_broken_{self.count}"
+        marker = _MarkBreaks(flag)
+        node.body = [marker.visit(stmt) for stmt in node.body]
+        node.body = [x for stmt in node.body for x in (stmt if isinstance(stmt, list) else [stmt])]
+        if not marker.found:
+            return [node, *orelse]
+        self.count += 1
+        before = ast.parse(f"{flag} = True").body[0]
+        after = ast.If(test=ast.Name(flag, ast.Load()), body=orelse, orelse=[])
+        return [ast.fix_missing_locations(ast.copy_location(x, node)) for x in (before, node, after)]
+
+    visit_For = visit_While = visit_AsyncFor = _loop
+
+
+class _MarkBreaks(ast.NodeTransformer):
+    """`break` -> `flag = False; break` for the breaks of one loop (not those of nested loops or
+    functions)."""
+
+    def __init__(self, flag: str):
+        self.flag, self.found = flag, False
+
+    def visit_Break(self, node):
+        self.found = True
+        clear = ast.fix_missing_locations(ast.copy_location(ast.parse(f"{self.flag} = False").body[0], node))
+        return [clear, node]
+
+    def _skip(self, node):
+        return node
+
+    visit_For = visit_While = visit_AsyncFor = visit_FunctionDef = visit_AsyncFunctionDef = _skip
+    visit_ClassDef = visit_Lambda = _skip
 
 
 # --- containers changed in place -------------------------------------------------------------------

@@ -1136,6 +1136,81 @@ def test_autograph_traced_range_refuses_a_zero_step():
             jax.jit(lambda n, step=step: count(n, step))(5)
 
 
+def _loops_with_else(n, stop):
+    """Python's loop `else` clauses: run when the loop ends without a `break` (also after no iteration)."""
+    out = []
+    for i in range(n):
+        if i == stop:
+            break
+        out.append(i)
+    else:
+        out.append("for-else")
+    k = 0
+    while k < n:
+        k += 1
+        if k == stop:
+            break
+    else:
+        out.append("while-else")
+    for i in range(2):
+        for j in range(n):
+            if j == stop:
+                break
+        else:  # a `break` in an inner loop's `else` leaves the outer loop
+            out.append("inner-else")
+            break
+        out.append(("outer", i))
+    return out
+
+
+def _loop_else_without_break(x, n):
+    for _ in range(n):
+        x = x * 2.0
+    else:
+        x = x + 1.0
+    while x < 100.0:
+        x = x * 3.0
+    else:
+        x = x - 1.0
+    return x
+
+
+def test_autograph_loop_else_runs_as_in_python():
+    """malt refuses `for`/`while` with `else`; qfx rewrites them (without a `break`, the `else` follows the
+    loop; with one, it runs unless a `break` of that loop ran). Python's own result is the reference."""
+    converted = qfx.autograph(_loops_with_else)
+    for n, stop in [(0, 5), (3, 5), (3, 1), (4, 0), (4, 3)]:
+        assert converted(n, stop) == _loops_with_else(n, stop)
+    # On traced values: the loops become lax.fori_loop / lax.while_loop with the `else` after them.
+    traced = jax.jit(qfx.autograph(_loop_else_without_break))
+    for x, n in [(1.0, 0), (1.0, 3), (5.0, 2)]:
+        assert float(traced(x, n)) == _loop_else_without_break(x, n)
+
+    @qfx.autograph
+    def circuit(thetas, n):
+        ops = []
+        for i in range(n):  # n traced: a qfx.for_loop, then the `else`'s gate
+            ops.append(qfx.RY(thetas[i], wires=0))
+        else:
+            ops.append(qfx.CNOT(wires=(0, 1)))
+        return qfx.Circuit(ops, num_wires=2)
+
+    thetas = jnp.asarray([0.3, 0.4, 0.5])
+    expected = qfx.probs(qfx.Circuit([qfx.RY(0.7, wires=0), qfx.CNOT(wires=(0, 1))]))
+    got = jax.jit(lambda t, n: qfx.probs(circuit(t, n)))(thetas, 2)
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+
+
+def _break_with_else(x, n):
+    for i in range(n):
+        x = x + 1.0
+        if i > 2:
+            break
+    else:
+        x = x - 1.0
+    return x
+
+
 @qfx.autograph
 def _helper_in_traced_loop(thetas, n):
     ops = [qfx.H(1)]
@@ -1189,6 +1264,8 @@ def _while_break(x):
 def test_autograph_errors_name_the_line():
     with pytest.raises(ValueError, match=r"test_control\.py:\d+: `for i in range\(n\):`.*`break`"):
         jax.make_jaxpr(_with_break)(1.0, 5)
+    with pytest.raises(ValueError, match=r"test_control\.py:\d+: `for i in range\(n\):`.*`break`"):
+        jax.make_jaxpr(qfx.autograph(_break_with_else))(1.0, 5)
     with pytest.raises(TypeError, match=r"test_control\.py:\d+: `if x > 0:`.*different types"):
         jax.make_jaxpr(_different_types)(1.0)
     with pytest.raises(ValueError, match=r"`y` is not defined on every path"):
