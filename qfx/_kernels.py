@@ -23,7 +23,7 @@ import numpy as np
 from . import _fusion
 from ._circuit import Repeat
 from ._custom_types import EXACT, complex_dtype, is_concrete, real_dtype
-from ._fusion import PairedGate, Permutation, batchable, fuse, pair_one_qubit
+from ._fusion import KronLayer, PairedGate, Permutation, batchable, fuse, kron_layers, pair_one_qubit
 from ._gates import AbstractGate, Adjoint, PauliRot
 from ._observables import LinearCombination, PauliWord, Word
 
@@ -582,15 +582,79 @@ def apply_staircase(state: Array, stair: Staircase, n: int) -> Array:
     return _rotate(state, n - (low + len(gates)), n)
 
 
+def apply_kron_layer(state: Array, layer: KronLayer, n: int) -> Array:
+    """Applies a `KronLayer`: gate by gate (staircases included) when evaluated, and differentiated as the
+    matrix products of `_kron_products` (see `_kron_layer`)."""
+    return _kron_layer(state, tuple(layer.gates), (n, layer.sizes))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _kron_layer(state: Array, gates: tuple, spec) -> Array:
+    """One-qubit gates on distinct wires: evaluated gate by gate, one elementwise pass each (the fastest
+    forward pass), and differentiated through `_kron_products`, whose derivatives in both modes are matrix
+    products. Reverse mode then takes each group's matrix cotangent as one product of two states over
+    the rest of the register, where a gate's took a staged reduction, and XLA compiles products as library
+    calls rather than as fused loops: far fewer kernels to compile (see `_fusion.KRON_GROUP`)."""
+    n = spec[0]
+    for op in staircases(list(gates), n):
+        state = apply_staircase(state, op, n) if isinstance(op, Staircase) else apply_gate(state, op, n)
+    return state
+
+
+def _kron_layer_jvp(spec, primals, tangents):
+    state, gates = primals
+    dstate, dgates = tangents
+    state_moves = not isinstance(dstate, SymbolicZero)
+    gates_move = any(not isinstance(d, SymbolicZero) for d in jax.tree.leaves(dgates))
+    wires = [g.wires[0] for g in gates]
+
+    def products(s, gs):
+        return _kron_products(s, [g.matrix() for g in gs], wires, spec)
+
+    if not state_moves and not gates_move:
+        out = _kron_layer(state, gates, spec)
+        return out, jnp.zeros_like(out)
+    if not gates_move:  # linear in the state
+        return products(state, gates), products(dstate, gates)
+    dgates = jax.tree.map(lambda d, x: jnp.zeros_like(x) if isinstance(d, SymbolicZero) else d, dgates, gates)
+    if not state_moves:
+        return jax.jvp(lambda gs: products(state, gs), (gates,), (dgates,))
+    return jax.jvp(products, (state, gates), (dstate, dgates))
+
+
+_kron_layer.defjvp(_kron_layer_jvp, symbolic_zeros=True)
+
+
+def _kron_products(state: Array, mats: list, wires: list[int], spec) -> Array:
+    """The one-qubit matrices `mats` on `wires` applied as matrix products: for each group of `sizes`
+    wires, from the last ones, the group's Kronecker product times the state viewed as `(rest, 2**k)`,
+    written as `(2**k, rest)`. The group's wires move to the front, so the next group is again last, and
+    after all groups the order is restored: no transposes."""
+    n, sizes = spec
+    by_wire = dict(zip(wires, mats, strict=True))
+    eye = jnp.eye(2, dtype=state.dtype)
+    hi = n
+    for k in sizes:
+        lo = hi - k
+        factors = [by_wire.get(w, eye).astype(state.dtype) for w in range(lo, hi)]
+        kron = functools.reduce(jnp.kron, factors)
+        view = state.reshape(2 ** (n - k), 2**k)
+        state = jax.lax.dot_general(kron, view, (((1,), (1,)), ((), ())), precision=EXACT).reshape(-1)
+        hi = lo
+    return state
+
+
 def run(ops, state: Array, n: int) -> Array:
     """Applies a sequence of operations to a flat state; `Repeat` blocks run under `lax.scan`.
 
-    Runs of gates are fused first, on small states dense one-qubit gates paired, and staircases of like
-    gates grouped (static, trace-time transformations; see `_fusion.py` and `staircases`).
+    Runs of gates are fused first, on small states dense one-qubit gates paired, on large ones layers of
+    them grouped (`KronLayer`), and staircases of like gates grouped (static, trace-time transformations;
+    see `_fusion.py` and `staircases`).
     """
     ops = fuse_runs(ops, n)
     if n <= _fusion.PAIR_MAX_WIRES:
         ops = pair_one_qubit(ops)
+    ops = kron_layers(ops, n)
     for op in staircases(ops, n):
         if isinstance(op, Repeat):
             op.check_layers()
@@ -604,6 +668,8 @@ def run(ops, state: Array, n: int) -> Array:
             state, _ = jax.lax.scan(layer, state, op.body, length=op.length)
         elif isinstance(op, Staircase):
             state = apply_staircase(state, op, n)
+        elif isinstance(op, KronLayer):
+            state = apply_kron_layer(state, op, n)
         else:
             state = apply_gate(state, op, n)
     return state

@@ -9,7 +9,7 @@ import qfx
 from qfx import _fusion, _kernels as K
 
 from . import reference as ref
-from .helpers import central_difference, random_circuit, random_state, tree_allclose
+from .helpers import central_difference, random_circuit, random_state, random_unitary, tree_allclose
 
 
 @pytest.fixture(params=["absorb", "keep_structured"])
@@ -393,3 +393,139 @@ def test_matrix_tangent_equals_the_broadcast_form(wires, rotated):
     small = _complex(rng, 2, 2)
     jaxpr = jax.make_jaxpr(lambda u: jax.vjp(lambda w: K._matrix_tangent(small, w, (0,)), u)[1](small)[0])
     assert "optimization_barrier" not in str(jaxpr(m[:2, :2]))
+
+
+# --- layers of one-qubit gates (`KronLayer`): evaluated gate by gate, differentiated as matrix products ---
+
+
+@pytest.fixture(params=[2, 3])
+def krons(request, monkeypatch):
+    """Layers grouped at any size, in groups of 2 or 3 wires, so that small circuits have several groups
+    and one of another size."""
+    monkeypatch.setattr(_fusion, "KRON_MIN_WIRES", 1)
+    monkeypatch.setattr(_fusion, "KRON_GROUP", request.param)
+    return request.param
+
+
+def _layered_circuit(rng, n):
+    """One-qubit layers of several gate kinds (one layer missing a wire, one with a stray gate between
+    its halves), between entangling gates, and a scanned block of layers."""
+    a = rng.uniform(-np.pi, np.pi, size=(4, n))
+    body = qfx.repeat(
+        lambda t: [qfx.RY(t[w], wires=w) for w in range(n)] + [qfx.CNOT((w, w + 1)) for w in range(n - 1)],
+        rng.uniform(-np.pi, np.pi, size=(2, n)),
+    )
+    return qfx.Circuit(
+        [qfx.U3(a[0, w], a[1, w], 0.2, wires=w) for w in range(n)]
+        + [qfx.IsingZZ(0.4, wires=(0, n - 1))]
+        + [qfx.RX(a[2, w], wires=w) for w in range(1, n)]  # wire 0 left out: the identity there
+        + [qfx.CRY(0.7, wires=(1, 2))]
+        + [qfx.Rot(a[3, 0], 0.5, -0.4, wires=0), qfx.Adjoint(qfx.RY(a[3, 1], wires=1))]
+        + [qfx.Hadamard(w) for w in range(2, n)]
+        + [body]
+    )
+
+
+def test_kron_layers_are_found(krons):
+    n = 5
+    ops = (
+        [qfx.RY(0.1 * w, wires=w) for w in range(n)]
+        + [qfx.CNOT((0, 1))]
+        + [qfx.RX(0.2 * w, wires=w) for w in range(1, n)]  # a wire left out: the identity there
+        + [qfx.CZ((0, 1))]
+        + [qfx.RY(0.3, wires=0), qfx.RY(0.4, wires=1)]  # fewer than half the wires: left as they are
+        + [qfx.CNOT((1, 2))]
+        + [qfx.U3(0.1, 0.2, 0.3, wires=w) for w in (4, 3, 2, 1, 0, 1)]  # stops at the repeated wire
+    )
+    grouped = _fusion.kron_layers(ops, n)
+    kinds = [len(op.gates) if isinstance(op, _fusion.KronLayer) else type(op).__name__ for op in grouped]
+    assert kinds == [n, "CNOT", n - 1, "CZ", "RY", "RY", "CNOT", n, "U3"]
+    layers = [op for op in grouped if isinstance(op, _fusion.KronLayer)]
+    assert all(sum(layer.sizes) == n and layer.sizes[0] == krons for layer in layers)
+    # Diagonal and permutation gates keep their cheaper passes.
+    assert _fusion.kron_layers([qfx.RZ(0.1, wires=w) for w in range(n)], n)[0].__class__ is qfx.RZ
+
+
+def test_kron_layer_matches_reference(krons, x64):
+    rng = np.random.default_rng(krons)
+    n = 5
+    circ = _layered_circuit(rng, n)
+    psi = random_state(rng, n)
+    obs = qfx.Z(0) @ qfx.Z(4) + 0.5 * qfx.X(2) - 0.3 * qfx.Y(1)
+    np.testing.assert_allclose(qfx.state(circ, initial_state=psi), ref.final_state(circ, psi), atol=1e-12)
+    # Reverse and forward mode, against the reference's central differences.
+    grads = jax.grad(lambda c: qfx.expval(c, obs, initial_state=psi))(circ)
+    expected = central_difference(lambda c: np.real(ref.expval(c, obs, psi)), circ)
+    assert tree_allclose(grads, expected, atol=1e-7)
+    assert tree_allclose(
+        jax.jacfwd(lambda c: qfx.expval(c, obs, initial_state=psi))(circ), expected, atol=1e-7
+    )
+    # With respect to the initial state only (the gates' tangents are symbolic zeros).
+    dpsi = jax.grad(lambda p: qfx.expval(circ, obs, initial_state=p / jax.numpy.linalg.norm(p)))(psi.real)
+    dpsi_ref = central_difference(lambda p: np.real(ref.expval(circ, obs, p / np.linalg.norm(p))), psi.real)
+    np.testing.assert_allclose(dpsi, dpsi_ref, atol=1e-7)
+
+
+def test_kron_layer_second_order_and_vmap(krons, x64, monkeypatch):
+    rng = np.random.default_rng(10 + krons)
+    n = 4
+    thetas = rng.uniform(-np.pi, np.pi, size=(3, 2, n))
+
+    u = random_unitary(rng, 2)
+
+    def make(t):
+        return qfx.Circuit(
+            [qfx.RY(t[0, w], wires=w) for w in range(n)]
+            + [qfx.CNOT((w, w + 1)) for w in range(n - 1)]
+            + [qfx.RX(t[1, w], wires=w) for w in range(1, n)]
+            + [qfx.QubitUnitary(u, wires=0)]  # a matrix leaf: its cotangent is complex
+        )
+
+    obs = qfx.Z(0) @ qfx.Z(3) + 0.5 * qfx.X(1)
+    circuit_grad = jax.grad(lambda c: qfx.expval(c, obs))(make(thetas[0]))
+
+    def cost(t):
+        return qfx.expval(make(t), obs)
+
+    hessian = jax.hessian(cost)(thetas[0])
+    values = jax.vmap(cost)(thetas)
+    grads = jax.vmap(jax.grad(cost))(thetas)
+    monkeypatch.setattr(_fusion, "KRON_MIN_WIRES", n + 1)  # the same programs, gate by gate
+    np.testing.assert_allclose(hessian, jax.hessian(cost)(thetas[0]), atol=1e-12)
+    np.testing.assert_allclose(values, [np.real(ref.expval(make(t), obs)) for t in thetas], atol=1e-12)
+    np.testing.assert_allclose(grads, jax.vmap(jax.grad(cost))(thetas), atol=1e-12)
+    assert tree_allclose(circuit_grad, jax.grad(lambda c: qfx.expval(c, obs))(make(thetas[0])), atol=1e-12)
+
+
+def _count(jaxpr, name):
+    """Occurrences of primitive `name` in a jaxpr, its sub-jaxprs included."""
+    total = 0
+    for eqn in jaxpr.eqns:
+        total += eqn.primitive.name == name
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            total += _count(sub, name)
+    return total
+
+
+def test_hea_gradients_run_as_matrix_products():
+    """At the default size, HEA's one-qubit layer is evaluated gate by gate (the forward program is the
+    same as without `KronLayer`s) and differentiated as matrix products (at least ceil(n / KRON_GROUP)
+    more dot_generals, forwards, and as many transposed); the gradient is the one gate by gate."""
+    n = _fusion.KRON_MIN_WIRES
+    groups = -(-n // _fusion.KRON_GROUP)
+    thetas = np.random.default_rng(5).uniform(-np.pi, np.pi, size=(2, n))
+    circ = qfx.Circuit(_hea_layer(thetas.T, n))
+    obs = qfx.Z(0) + qfx.Z(n - 1)
+
+    def cost(c):
+        return qfx.expval(c, obs)
+
+    def dots(f):
+        return _count(jax.make_jaxpr(f)(circ).jaxpr, "dot_general")
+
+    forward, backward, grads = dots(cost), dots(jax.grad(cost)), jax.grad(cost)(circ)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_fusion, "KRON_MIN_WIRES", n + 1)
+        assert dots(cost) == forward
+        assert backward >= dots(jax.grad(cost)) + 2 * groups
+        assert tree_allclose(grads, jax.grad(cost)(circ), atol=1e-5)
