@@ -32,7 +32,8 @@ cotangents on the way in and gradients on the way out, so `z.grad` follows torch
 **Tracing.** Under `torch.compile` a bridged call runs outside TorchDynamo's graph (a graph break), eagerly,
 also inside `torch.func` transforms (the bridge's `autograd.Function` methods are `torch.compiler.disable`d).
 `torch.jit.trace` and `make_fx`-based tracing (`torch.func.linearize`) raise: they would record the JAX
-call's outputs as constants.
+call's outputs as constants. With torch < 2.12, `torch.func.vjp` and `jacrev` of a bridged call inside
+`torch.compile` raise too: those versions silently return zero gradients there (see `_refuse_compiled_vjp`).
 
 **CPU threads.** torch's OpenMP workers busy-wait for a while after each parallel op, competing with XLA's
 threads for the same cores; with small classical layers, `torch.set_num_threads(1)` (or
@@ -42,6 +43,7 @@ machine.
 
 from collections.abc import Callable, Mapping, Sequence
 import math
+import sys
 from typing import Any
 
 import jax
@@ -164,8 +166,13 @@ class _TorchFunction:
                 f"{', '.join(kwargs)}); bind non-tensor ones into the function with functools.partial."
             )
         if torch.compiler.is_compiling():  # TorchDynamo cannot trace JAX: run the call outside its graph
-            return torch.compiler.disable(self._call)(*args)
+            return torch.compiler.disable(self._compiled_call)(*args)
         _refuse_tracing(self.__name__)
+        _refuse_compiled_vjp(self.__name__)
+        return self._call(*args)
+
+    def _compiled_call(self, *args: Any) -> Any:
+        _refuse_compiled_vjp(self.__name__, compiled=True)
         return self._call(*args)
 
     def _call(self, *args: Any) -> Any:
@@ -202,6 +209,49 @@ def _refuse_tracing(name: str) -> None:
             "inside a JAX call and would record its outputs as constants. Call it eagerly, under "
             "torch.func transforms (grad, vmap, jacrev, jacfwd, jvp), or in torch.compile (a graph break)."
         )
+
+
+# torch < 2.12: when a graph break (every bridged call is one) falls inside `torch.func.vjp` (also inside
+# `jacrev`), TorchDynamo traces the code after it, which calls the returned `vjp_fn`, with the forward's
+# outputs lifted to graph inputs that have lost their `grad_fn`: the gradients come out as zeros, silently
+# (pytorch/pytorch#172386; torch 2.12 graph-breaks there instead, which gives the right numbers).
+_COMPILED_VJP_LOSES_GRADIENTS = torch.__version__ < (2, 12)
+try:
+    from torch._C._dynamo.eval_frame import get_eval_frame_callback as _dynamo_callback
+
+    _GRAD = torch._C._functorch.TransformType.Grad
+except (ImportError, AttributeError):  # pragma: no cover - older torch: no check
+    _COMPILED_VJP_LOSES_GRADIENTS = False
+
+
+def _refuse_compiled_vjp(name: str, compiled: bool = False) -> None:
+    """Raises, with torch < 2.12, for a call inside `torch.func.vjp` (or `jacrev`) under `torch.compile`
+    when that vjp is the only transform active: the case whose gradients can come out as zeros.
+
+    `compiled`: the call comes from a traced frame (through `torch.compiler.disable`); otherwise TorchDynamo
+    may be running the frames around it eagerly after a graph break, and its callback is then set. Inside
+    another transform (`hessian`, `jacrev` of `jacrev`, `vmap` of `jacrev`) the vjp's caller runs eagerly
+    and the numbers are right; `grad` applies its vjp in the same frame. Whether the code after the vjp
+    is traced is not visible from here, so this also refuses some calls that come out right (e.g. where
+    the vjp'd function's output is a view, which TorchDynamo 2.11 does not trace): the message says how
+    to run the transform eagerly."""
+    if not _COMPILED_VJP_LOSES_GRADIENTS:
+        return
+    levels = torch._C._functorch.get_interpreter_stack()
+    if not levels or len(levels) != 1 or levels[0].key() != _GRAD:
+        return
+    if not compiled and _dynamo_callback() in (None, False):
+        return
+    frame = sys._getframe(1)
+    while frame is not None:
+        if "_vjp_with_argnums" in frame.f_code.co_name:  # torch.func.vjp's body (jacrev calls it too)
+            raise RuntimeError(
+                f"{name}: torch {torch.__version__} can compute torch.func.vjp and jacrev of a call that "
+                "graph-breaks inside torch.compile (every JAX call does) as zeros, silently "
+                "(pytorch/pytorch#172386). Upgrade to torch >= 2.12, use torch.func.jacfwd or grad, or "
+                "run the transform eagerly: torch.compiler.disable(torch.func.jacrev(f))(...)."
+            )
+        frame = frame.f_back
 
 
 def _rebuild(fn, jit):
