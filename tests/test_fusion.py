@@ -498,6 +498,51 @@ def test_kron_layer_second_order_and_vmap(krons, x64, monkeypatch):
     assert tree_allclose(circuit_grad, jax.grad(lambda c: qfx.expval(c, obs))(make(thetas[0])), atol=1e-12)
 
 
+def test_kron_layer_adjoint_matches_reference(krons, x64):
+    """The adjoint walks layers as matrix products too (`_adjoint._kron_backward`): gradients of the
+    circuit and of the initial state against the reference's central differences, over layers with a
+    missing wire (a group with no gate at all when groups are of 2), fixed gates and a scanned block."""
+    rng = np.random.default_rng(20 + krons)
+    n = 5
+    circ = _layered_circuit(rng, n)
+    psi = rng.normal(size=2**n)  # real: its gradient is real
+    psi /= np.linalg.norm(psi)
+    obs = qfx.Z(0) @ qfx.Z(4) + 0.5 * qfx.X(2) - 0.3 * qfx.Y(1)
+    adjoint = qfx.diff.Adjoint()
+
+    def cost(c, p):
+        return qfx.expval(c, obs, initial_state=p / jax.numpy.linalg.norm(p), diff=adjoint)
+
+    expected = central_difference(lambda c: np.real(ref.expval(c, obs, psi)), circ)
+    assert tree_allclose(jax.grad(cost)(circ, psi), expected, atol=1e-7)
+    dpsi_ref = central_difference(lambda p: np.real(ref.expval(circ, obs, p / np.linalg.norm(p))), psi)
+    np.testing.assert_allclose(jax.grad(cost, argnums=1)(circ, psi), dpsi_ref, atol=1e-7)
+
+
+def test_kron_layer_adjoint_hessian_off_the_unitary_group(krons, x64):
+    """Second derivatives of the adjoint's layer walk in every direction of a `QubitUnitary`'s entries,
+    those that leave the unitary group included (where `U^dagger` and `U^-1` differ), and of rotation
+    angles, equal backprop's: the other groups' un-applies must cancel in the correlations for any
+    invertible matrix, not only at unitary ones."""
+    rng = np.random.default_rng(30 + krons)
+    n = 5
+    u0, direction = random_unitary(rng, 2), rng.normal(size=(2, 2)) + 1j * rng.normal(size=(2, 2))
+    angles = rng.uniform(-np.pi, np.pi, size=n)
+
+    def cost(x, diff):
+        t, s = x[:n], x[n]
+        layer = [qfx.RY(t[w], wires=w) for w in range(n - 1)] + [
+            qfx.QubitUnitary(u0 + jax.lax.complex(s, 0.0) * direction, n - 1)
+        ]
+        ops = [qfx.Hadamard(w) for w in range(n)] + layer + [qfx.CNOT((w, w + 1)) for w in range(n - 1)]
+        return qfx.expval(qfx.Circuit(ops + layer), qfx.X(0) @ qfx.Z(n - 1) + 0.7 * qfx.Y(2), diff=diff)
+
+    x = np.concatenate([angles, [0.0]])
+    expected = jax.hessian(cost)(x, qfx.diff.Backprop())
+    assert np.abs(expected[n]).max() > 1e-3  # the entries' direction matters
+    np.testing.assert_allclose(jax.hessian(cost)(x, qfx.diff.Adjoint()), expected, atol=1e-10)
+
+
 def _count(jaxpr, name):
     """Occurrences of primitive `name` in a jaxpr, its sub-jaxprs included."""
     total = 0

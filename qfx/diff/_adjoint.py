@@ -9,7 +9,7 @@ from jaxtyping import Array
 
 from .._circuit import Repeat
 from .._custom_types import EXACT
-from .._fusion import fuse, pair_one_qubit
+from .._fusion import KronLayer, fuse, kron_layers, pair_one_qubit
 from .._kernels import apply_diagonal, apply_gate, apply_matrix, operator_form, run
 from ._base import AbstractDiffMethod, check_gates_only
 from ._shifts import from_real_coordinates, real_coordinates
@@ -160,21 +160,101 @@ def _gates_backward(gates, pair: Pair, n: int) -> tuple[list[list[Array]], Pair]
     """A run of gates backwards, fused as in the forward pass (`qfx/_fusion.py`).
 
     The walk un-applies the fused blocks and takes the cotangents of their matrices; one `jax.vjp` of the
-    fusion itself then carries those back to the parameters of the original gates. On large states (the
-    looped walk) consecutive one-qubit blocks on different wires are also paired (`PairedGate`): the
-    state and the bra move back past both in one pass each, and both cotangents come from the states
-    after the pair (see `_gate_step`). Measured (HEA, adjoint value_and_grad, same process, min-median):
-    n = 16, L = 10: 31.0-31.7 -> 27.8-28.4 ms; n = 20, L = 6: 376-465 -> 289-386 ms; the first call at
-    n = 16 ~0.3-0.5 s longer (a 4x4 pass compiles longer than two 2x2 ones).
+    fusion itself then carries those back to the parameters of the original gates. Layers of one-qubit
+    blocks on states of 10 or more qubits are walked as matrix products (`_kron_backward`), the rest by
+    `_blocks_backward`.
     """
-    if n >= _LOOP_MIN_WIRES:
-        fused, unfuse = jax.vjp(lambda gs: pair_one_qubit(fuse(gs, n)), list(gates))
-    else:
-        fused, unfuse = jax.vjp(lambda gs: fuse(gs, n), list(gates))
-    leaves, pair = _blocks_backward(fused, pair, n)
-    bars = [jax.tree.unflatten(jax.tree.structure(op), ls) for op, ls in zip(fused, leaves, strict=True)]
-    (gate_bars,) = unfuse(bars)
+    fused, unfuse = jax.vjp(lambda gs: fuse(gs, n), list(gates))
+    segments: list = []
+    for op in kron_layers(fused, n):
+        if isinstance(op, KronLayer) or not segments or isinstance(segments[-1], KronLayer):
+            segments.append(op if isinstance(op, KronLayer) else [op])
+        else:
+            segments[-1].append(op)
+    leaves: list[list[Array]] = []
+    for segment in reversed(segments):
+        if isinstance(segment, KronLayer):
+            done, pair = _kron_backward(segment.gates, segment.sizes, pair, n)
+        else:
+            done, pair = _paired_backward(segment, pair, n)
+        leaves[:0] = done
+    (gate_bars,) = unfuse(_as_cotangents(fused, leaves))
     return [jax.tree.leaves(b) for b in gate_bars], pair
+
+
+def _paired_backward(gates, pair: Pair, n: int) -> tuple[list[list[Array]], Pair]:
+    """Fused blocks backwards, one at a time (`_blocks_backward`). On large states (the looped walk)
+    consecutive one-qubit blocks on different wires are paired first (`PairedGate`): the state and the bra
+    move back past both in one pass each, and both cotangents come from the states after the pair (see
+    `_gate_step`). Measured (HEA, adjoint value_and_grad, same process, min-median): n = 16, L = 10: 31.0-
+    31.7 -> 27.8-28.4 ms; n = 20, L = 6: 376-465 -> 289-386 ms; the first call at n = 16 ~0.3-0.5 s longer
+    (a 4x4 pass compiles longer than two 2x2 ones)."""
+    if n < _LOOP_MIN_WIRES:
+        return _blocks_backward(gates, pair, n)
+    paired, unpair = jax.vjp(pair_one_qubit, gates)
+    leaves, pair = _blocks_backward(paired, pair, n)
+    (bars,) = unpair(_as_cotangents(paired, leaves))
+    return [jax.tree.leaves(b) for b in bars], pair
+
+
+def _as_cotangents(ops: list, leaves: list[list[Array]]) -> list:
+    """Each op's cotangent leaves put back in its structure (for the `jax.vjp` that made `ops`)."""
+    return [jax.tree.unflatten(jax.tree.structure(op), ls) for op, ls in zip(ops, leaves, strict=True)]
+
+
+def _kron_backward(gates: list, sizes, pair: Pair, n: int) -> tuple[list[list[Array]], Pair]:
+    """A layer of one-qubit blocks on distinct wires (a `KronLayer`) backwards, as matrix products. For
+    each group of `sizes` wires, from the last ones, with `K` the Kronecker product of the group's
+    matrices: the state moves back by `K^-1` (`K^dagger`, see `_unapply`) and the cotangent `lam =
+    conj(bra)` by `K^T`, one product each, written as `(2**k, rest)`: the group's wires come first and the
+    next group is last, as `_kernels._kron_products` does forwards (no transposes). One more product of
+    the two gives their correlation over the rest of the register, `C' = K^T C K^-T`, where `C[i, k] =
+    sum lam[i] psi[k]` is the correlation after the group; each gate's cotangent is `C conj(u)` (see
+    `_gate_step`'s looped walk) with `C = K^-T C' K^T` traced down to its wire.
+
+    The groups behind a group (un-applied before it) move `psi` by `V^-1` and `lam` by `V^T` on other
+    wires, which leaves the partial trace unchanged for any invertible `V`: derivatives that leave the
+    unitary group (`QubitUnitary` entries, under `jax.hessian`) stay exact, as `K^-1` and `K^-T` are
+    differentiated as inverses (`_inverse_transposed`). Carrying `lam` rather than the bra keeps a `conj`
+    pass out of each product, and the correlation reads the states laid out `(2**k, rest)`, the faster
+    way round for the library's product.
+    """
+    psi, lam = pair[0], pair[1].conj()
+    mats, mats_vjp = jax.vjp(lambda gs: [g.matrix() for g in gs], list(gates))
+    by_wire = {g.wires[0]: (i, u.astype(psi.dtype)) for i, (g, u) in enumerate(zip(gates, mats, strict=True))}
+    u_bars: list = [None] * len(gates)
+    eye = jnp.eye(2, dtype=psi.dtype)
+    dims = (((1,), (1,)), ((), ()))
+    hi = n
+    for k in sizes:
+        lo = hi - k
+        psi, lam = psi.reshape(-1, 2**k), lam.reshape(-1, 2**k)
+        if not any(w in by_wire for w in range(lo, hi)):  # the identity: only the wires move
+            psi, lam = psi.T.reshape(-1), lam.T.reshape(-1)
+            hi = lo
+            continue
+        kron = functools.reduce(jnp.kron, [by_wire[w][1] if w in by_wire else eye for w in range(lo, hi)])
+        inverse_t = _inverse_transposed(kron, False)  # K^-T
+        psi = jax.lax.dot_general(inverse_t.T, psi, dims, precision=EXACT)
+        lam = jax.lax.dot_general(kron.T, lam, dims, precision=EXACT)
+        c = jax.lax.dot_general(lam, psi, dims, precision=EXACT)
+        c = jnp.matmul(jnp.matmul(inverse_t, c, precision=EXACT), kron.T, precision=EXACT)
+        c = c.reshape((2,) * (2 * k))  # (out wires lo..hi-1, in wires lo..hi-1)
+        for a, w in enumerate(range(lo, hi)):
+            if w in by_wire:
+                i, u = by_wire[w]
+                u_bars[i] = _times_inverse_transposed(_partial_trace(c, a, k), u).astype(mats[i].dtype)
+        psi, lam = psi.reshape(-1), lam.reshape(-1)
+        hi = lo
+    (gate_bars,) = mats_vjp(u_bars)
+    return [jax.tree.leaves(b) for b in gate_bars], (psi, lam.conj())
+
+
+def _partial_trace(c: Array, keep: int, k: int) -> Array:
+    """The 2x2 block of a `(2,) * 2k` correlation on wire `keep` of its `k`, traced over the others."""
+    letters = "abcdefghijklmnop"[:k]
+    out_in = letters + "".join(ch.upper() if j == keep else ch for j, ch in enumerate(letters))
+    return jnp.einsum(f"{out_in}->{letters[keep]}{letters[keep].upper()}", c)
 
 
 def _blocks_backward(gates, pair: Pair, n: int) -> tuple[list[list[Array]], Pair]:
