@@ -513,10 +513,11 @@ def test_kron_layer_adjoint_matches_reference(krons, x64):
     def cost(c, p):
         return qfx.expval(c, obs, initial_state=p / jax.numpy.linalg.norm(p), diff=adjoint)
 
+    grads = jax.jit(jax.grad(cost, argnums=(0, 1)))(circ, psi)
     expected = central_difference(lambda c: np.real(ref.expval(c, obs, psi)), circ)
-    assert tree_allclose(jax.grad(cost)(circ, psi), expected, atol=1e-7)
+    assert tree_allclose(grads[0], expected, atol=1e-7)
     dpsi_ref = central_difference(lambda p: np.real(ref.expval(circ, obs, p / np.linalg.norm(p))), psi)
-    np.testing.assert_allclose(jax.grad(cost, argnums=1)(circ, psi), dpsi_ref, atol=1e-7)
+    np.testing.assert_allclose(grads[1], dpsi_ref, atol=1e-7)
 
 
 def test_kron_layer_adjoint_hessian_off_the_unitary_group(krons, x64):
@@ -538,9 +539,10 @@ def test_kron_layer_adjoint_hessian_off_the_unitary_group(krons, x64):
         return qfx.expval(qfx.Circuit(ops + layer), qfx.X(0) @ qfx.Z(n - 1) + 0.7 * qfx.Y(2), diff=diff)
 
     x = np.concatenate([angles, [0.0]])
-    expected = jax.hessian(cost)(x, qfx.diff.Backprop())
+    hessian = jax.jit(jax.hessian(cost), static_argnums=1)  # one program each, not op by op
+    expected = hessian(x, qfx.diff.Backprop())
     assert np.abs(expected[n]).max() > 1e-3  # the entries' direction matters
-    np.testing.assert_allclose(jax.hessian(cost)(x, qfx.diff.Adjoint()), expected, atol=1e-10)
+    np.testing.assert_allclose(hessian(x, qfx.diff.Adjoint()), expected, atol=1e-10)
 
 
 def _count(jaxpr, name):
@@ -556,7 +558,8 @@ def _count(jaxpr, name):
 def test_hea_gradients_run_as_matrix_products():
     """At the default size, HEA's one-qubit layer is evaluated gate by gate (the forward program is the
     same as without `KronLayer`s) and differentiated as matrix products (at least ceil(n / KRON_GROUP)
-    more dot_generals, forwards, and as many transposed); the gradient is the one gate by gate."""
+    more dot_generals, forwards, and as many transposed); the gradient is the one gate by gate. The
+    adjoint's backward walk takes them as products too (three per group)."""
     n = _fusion.KRON_MIN_WIRES
     groups = -(-n // _fusion.KRON_GROUP)
     thetas = np.random.default_rng(5).uniform(-np.pi, np.pi, size=(2, n))
@@ -566,12 +569,18 @@ def test_hea_gradients_run_as_matrix_products():
     def cost(c):
         return qfx.expval(c, obs)
 
+    def adjoint_cost(c):
+        return qfx.expval(c, obs, diff=qfx.diff.Adjoint())
+
     def dots(f):
         return _count(jax.make_jaxpr(f)(circ).jaxpr, "dot_general")
 
     forward, backward, grads = dots(cost), dots(jax.grad(cost)), jax.grad(cost)(circ)
+    adjoint, adjoint_grads = dots(jax.grad(adjoint_cost)), jax.grad(adjoint_cost)(circ)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(_fusion, "KRON_MIN_WIRES", n + 1)
         assert dots(cost) == forward
         assert backward >= dots(jax.grad(cost)) + 2 * groups
+        assert adjoint >= dots(jax.grad(adjoint_cost)) + 3 * groups
         assert tree_allclose(grads, jax.grad(cost)(circ), atol=1e-5)
+        assert tree_allclose(adjoint_grads, grads, atol=1e-5)
