@@ -208,9 +208,10 @@ def _kron_backward(gates: list, sizes, pair: Pair, n: int) -> tuple[list[list[Ar
     matrices: the state moves back by `K^-1` (`K^dagger`, see `_unapply`) and the cotangent `lam =
     conj(bra)` by `K^T`, one product each, written as `(2**k, rest)`: the group's wires come first and the
     next group is last, as `_kernels._kron_products` does forwards (no transposes). One more product of
-    the two gives their correlation over the rest of the register, `C' = K^T C K^-T`, where `C[i, k] =
-    sum lam[i] psi[k]` is the correlation after the group; each gate's cotangent is `C conj(u)` (see
-    `_gate_step`'s looped walk) with `C = K^-T C' K^T` traced down to its wire.
+    the two gives their correlation over the rest of the register, `C'[i, k] = sum lam[i] psi[k]`; a
+    gate's matrix cotangent is `u^-T C'_w` (`conj(u) C'_w`), with `C'_w` the partial trace of `C'` on its
+    wire: its cotangent from the states after it, `C_w conj(u)` as in `_gate_step`'s looped walk, with
+    `C_w = u^-T C'_w u^T`, since the group's other factors cancel under the trace.
 
     The groups behind a group (un-applied before it) move `psi` by `V^-1` and `lam` by `V^T` on other
     wires, which leaves the partial trace unchanged for any invertible `V`: derivatives that leave the
@@ -237,13 +238,13 @@ def _kron_backward(gates: list, sizes, pair: Pair, n: int) -> tuple[list[list[Ar
         inverse_t = _inverse_transposed(kron, False)  # K^-T
         psi = jax.lax.dot_general(inverse_t.T, psi, dims, precision=EXACT)
         lam = jax.lax.dot_general(kron.T, lam, dims, precision=EXACT)
-        c = jax.lax.dot_general(lam, psi, dims, precision=EXACT)
-        c = jnp.matmul(jnp.matmul(inverse_t, c, precision=EXACT), kron.T, precision=EXACT)
-        c = c.reshape((2,) * (2 * k))  # (out wires lo..hi-1, in wires lo..hi-1)
+        c = jax.lax.dot_general(lam, psi, dims, precision=EXACT).reshape((2,) * (2 * k))  # C'
         for a, w in enumerate(range(lo, hi)):
             if w in by_wire:
                 i, u = by_wire[w]
-                u_bars[i] = _times_inverse_transposed(_partial_trace(c, a, k), u).astype(mats[i].dtype)
+                c_w = _partial_trace(c, a, k)
+                u_bars[i] = jnp.sum(_inverse_transposed(u, False)[:, :, None] * c_w[None], axis=1)
+                u_bars[i] = u_bars[i].astype(mats[i].dtype)
         psi, lam = psi.reshape(-1), lam.reshape(-1)
         hi = lo
     (gate_bars,) = mats_vjp(u_bars)
