@@ -628,20 +628,36 @@ _kron_layer.defjvp(_kron_layer_jvp, symbolic_zeros=True)
 def _kron_products(state: Array, mats: list, wires: list[int], spec) -> Array:
     """The one-qubit matrices `mats` on `wires` applied as matrix products: for each group of `sizes`
     wires, from the last ones, the group's Kronecker product times the state viewed as `(rest, 2**k)`,
-    written as `(2**k, rest)`. The group's wires move to the front, so the next group is again last, and
-    after all groups the order is restored: no transposes."""
+    written as `(2**k, rest)` (`rotate_through`). The group's wires move to the front, so the next group
+    is again last, and after all groups the order is restored: no transposes."""
     n, sizes = spec
-    by_wire = dict(zip(wires, mats, strict=True))
-    eye = jnp.eye(2, dtype=state.dtype)
+    for lo, hi, kron in kron_groups(dict(zip(wires, mats, strict=True)), sizes, n, state.dtype):
+        state = rotate_through(kron, state, hi - lo)
+    return state
+
+
+def kron_groups(by_wire: dict, sizes: tuple[int, ...], n: int, dtype):
+    """The groups of a `KronLayer`'s wires, from the last ones: `(lo, hi, K)` for wires `lo..hi-1`, with `K`
+    the Kronecker product of their matrices in `by_wire` (the identity on a wire without one, all in
+    `dtype`), or None where none of them has one."""
+    eye = jnp.eye(2, dtype=dtype)
     hi = n
     for k in sizes:
         lo = hi - k
-        factors = [by_wire.get(w, eye).astype(state.dtype) for w in range(lo, hi)]
-        kron = functools.reduce(jnp.kron, factors)
-        view = state.reshape(2 ** (n - k), 2**k)
-        state = jax.lax.dot_general(kron, view, (((1,), (1,)), ((), ())), precision=EXACT).reshape(-1)
+        kron = None
+        if any(w in by_wire for w in range(lo, hi)):
+            kron = functools.reduce(jnp.kron, [by_wire.get(w, eye).astype(dtype) for w in range(lo, hi)])
+        yield lo, hi, kron
         hi = lo
-    return state
+
+
+def rotate_through(matrix: Array | None, state: Array, k: int) -> Array:
+    """`matrix` (`2**k` square; None for the identity) applied to the last `k` wires of a flat state, the
+    result laid out with those wires first: `matrix @ view.T` for the state viewed as `(rest, 2**k)`."""
+    view = state.reshape(-1, 2**k)
+    if matrix is None:  # only the wires move
+        return view.T.reshape(-1)
+    return jax.lax.dot_general(matrix, view, (((1,), (1,)), ((), ())), precision=EXACT).reshape(-1)
 
 
 def run(ops, state: Array, n: int) -> Array:

@@ -10,7 +10,15 @@ from jaxtyping import Array
 from .._circuit import Repeat
 from .._custom_types import EXACT
 from .._fusion import KronLayer, fuse, kron_layers, pair_one_qubit
-from .._kernels import apply_diagonal, apply_gate, apply_matrix, operator_form, run
+from .._kernels import (
+    apply_diagonal,
+    apply_gate,
+    apply_matrix,
+    kron_groups,
+    operator_form,
+    rotate_through,
+    run,
+)
 from ._base import AbstractDiffMethod, check_gates_only
 from ._shifts import from_real_coordinates, real_coordinates
 
@@ -207,7 +215,7 @@ def _kron_backward(gates: list, sizes, pair: Pair, n: int) -> tuple[list[list[Ar
     each group of `sizes` wires, from the last ones, with `K` the Kronecker product of the group's
     matrices: the state moves back by `K^-1` (`K^dagger`, see `_unapply`) and the cotangent `lam =
     conj(bra)` by `K^T`, one product each, written as `(2**k, rest)`: the group's wires come first and the
-    next group is last, as `_kernels._kron_products` does forwards (no transposes). One more product of
+    next group is last, as `_kernels._kron_products` does forwards (`rotate_through`). One more product of
     the two gives their correlation over the rest of the register, `C'[i, k] = sum lam[i] psi[k]`; a
     gate's matrix cotangent is `u^-T C'_w` (`conj(u) C'_w`), with `C'_w` the partial trace of `C'` on its
     wire: its cotangent from the states after it, `C_w conj(u)` as in `_gate_step`'s looped walk, with
@@ -222,31 +230,25 @@ def _kron_backward(gates: list, sizes, pair: Pair, n: int) -> tuple[list[list[Ar
     """
     psi, lam = pair[0], pair[1].conj()
     mats, mats_vjp = jax.vjp(lambda gs: [g.matrix() for g in gs], list(gates))
-    by_wire = {g.wires[0]: (i, u.astype(psi.dtype)) for i, (g, u) in enumerate(zip(gates, mats, strict=True))}
+    index = {g.wires[0]: i for i, g in enumerate(gates)}
+    by_wire = {w: mats[i] for w, i in index.items()}
     u_bars: list = [None] * len(gates)
-    eye = jnp.eye(2, dtype=psi.dtype)
-    dims = (((1,), (1,)), ((), ()))
-    hi = n
-    for k in sizes:
-        lo = hi - k
-        psi, lam = psi.reshape(-1, 2**k), lam.reshape(-1, 2**k)
-        if not any(w in by_wire for w in range(lo, hi)):  # the identity: only the wires move
-            psi, lam = psi.T.reshape(-1), lam.T.reshape(-1)
-            hi = lo
+    for lo, hi, kron in kron_groups(by_wire, sizes, n, psi.dtype):
+        k = hi - lo
+        if kron is None:  # no gate on these wires: they only move
+            psi, lam = rotate_through(None, psi, k), rotate_through(None, lam, k)
             continue
-        kron = functools.reduce(jnp.kron, [by_wire[w][1] if w in by_wire else eye for w in range(lo, hi)])
-        inverse_t = _inverse_transposed(kron, False)  # K^-T
-        psi = jax.lax.dot_general(inverse_t.T, psi, dims, precision=EXACT)
-        lam = jax.lax.dot_general(kron.T, lam, dims, precision=EXACT)
-        c = jax.lax.dot_general(lam, psi, dims, precision=EXACT).reshape((2,) * (2 * k))  # C'
+        psi = rotate_through(_inverse_transposed(kron, False).T, psi, k)  # K^-1
+        lam = rotate_through(kron.T, lam, k)
+        c = jax.lax.dot_general(  # C'
+            lam.reshape(2**k, -1), psi.reshape(2**k, -1), (((1,), (1,)), ((), ())), precision=EXACT
+        ).reshape((2,) * (2 * k))
         for a, w in enumerate(range(lo, hi)):
-            if w in by_wire:
-                i, u = by_wire[w]
-                c_w = _partial_trace(c, a, k)
-                u_bars[i] = jnp.sum(_inverse_transposed(u, False)[:, :, None] * c_w[None], axis=1)
-                u_bars[i] = u_bars[i].astype(mats[i].dtype)
-        psi, lam = psi.reshape(-1), lam.reshape(-1)
-        hi = lo
+            if w in index:
+                i = index[w]
+                inverse_t = _inverse_transposed(mats[i].astype(psi.dtype), False)  # u^-T
+                u_bar = jnp.sum(inverse_t[:, :, None] * _partial_trace(c, a, k)[None], axis=1)
+                u_bars[i] = u_bar.astype(mats[i].dtype)
     (gate_bars,) = mats_vjp(u_bars)
     return [jax.tree.leaves(b) for b in gate_bars], (psi, lam.conj())
 
