@@ -57,6 +57,8 @@ class Circuit(eqx.Module):
     ```
     """
 
+    __getattribute__ = object.__getattribute__  # fast flattening, as `AbstractOperation`'s
+
     ops: tuple[AbstractOperation, ...]
     num_wires: int = eqx.field(static=True)
 

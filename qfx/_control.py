@@ -621,7 +621,9 @@ class ForLoop(AbstractControlOperation):
 
     def skeleton(self) -> tuple[AbstractOperation, ...]:
         """The body's operations with shape-only leaves (nothing is computed)."""
-        return eqx.filter_eval_shape(self.ops_at, jax.ShapeDtypeStruct((), jnp.int32))
+        # The loop passed as an argument, so that its own arrays are shapes too.
+        index = jax.ShapeDtypeStruct((), jnp.int32)
+        return eqx.filter_eval_shape(lambda loop, i: loop.ops_at(i), self, index)
 
     def check_shapes(self, fn: str, layers: tuple[int, ...], advice: str) -> None:
         _check_index_shape(self.num_iterations, "qfx.for_loop's traced length", fn, layers, advice)

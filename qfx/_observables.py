@@ -94,6 +94,7 @@ class AbstractObservable(eqx.Module):
     # NumPy arrays defer to the observable's own operators (`np.float32(2) * Z(0)` is `2 * Z(0)`, and
     # `np.ones(2) * Z(0)` a clear error) instead of building an object array of observables.
     __array_ufunc__ = None
+    __getattribute__ = object.__getattribute__  # fast flattening, as `AbstractOperation`'s
 
     @property
     @abc.abstractmethod
