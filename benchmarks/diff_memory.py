@@ -39,10 +39,9 @@ import qfx
 METHODS = ("forward", "backprop", "adjoint", "parameter_shift")
 
 
-def worker(method: str, n: int, layers: int, repeats: int, ps_params: int, cache: str) -> dict:
-    jax.config.update("jax_compilation_cache_dir", cache)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+def build(method: str, n: int, layers: int, ps_params: int):
+    """(fn, theta, scale): the jitted function `method` times, its argument, and the factor that
+    extrapolates its time to all parameters (parameter-shift only)."""
 
     def layer(t):  # t: (n, 2)
         return (
@@ -91,7 +90,14 @@ def worker(method: str, n: int, layers: int, repeats: int, ps_params: int, cache
         scale = (2 * num_params + 1) / (2 * k + 1)  # evaluations: 2 per parameter, plus the value
     else:
         fn = jax.jit(jax.value_and_grad(cost))
+    return fn, theta, scale
 
+
+def worker(method: str, n: int, layers: int, repeats: int, ps_params: int, cache: str) -> dict:
+    jax.config.update("jax_compilation_cache_dir", cache)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    fn, theta, scale = build(method, n, layers, ps_params)
     start = time.perf_counter()
     compiled = fn.lower(theta).compile()
     compile_s = time.perf_counter() - start
@@ -115,6 +121,26 @@ def worker(method: str, n: int, layers: int, repeats: int, ps_params: int, cache
     }
 
 
+def interleaved(n: int, layers: int, rounds: int) -> dict:
+    """Forward, backprop and adjoint compiled in one process and timed in alternating rounds (one call of
+    each per round): their time ratios, per round, do not depend on how fast this shared machine happened
+    to be in each method's own process (the forward pass's time alone varied 0.20-0.34 s between them)."""
+    methods = ("forward", "backprop", "adjoint")
+    fns = {}
+    for method in methods:
+        fn, theta, _ = build(method, n, layers, 0)
+        fns[method] = fn.lower(theta).compile()
+        jax.block_until_ready(fns[method](theta))
+    times = {method: [] for method in methods}
+    for i in range(rounds):
+        t = theta + 1e-3 * (i + 1)
+        for method in methods:
+            start = time.perf_counter()
+            jax.block_until_ready(fns[method](t))
+            times[method].append(time.perf_counter() - start)
+    return {method: times[method] for method in methods}
+
+
 def _run_worker(args, method: str, cache: str, repeats: int) -> dict | None:
     cmd = [
         sys.executable,
@@ -131,6 +157,8 @@ def _run_worker(args, method: str, cache: str, repeats: int) -> dict | None:
         str(args.ps_params),
         "--cache",
         cache,
+        "--rounds",
+        str(args.rounds),
     ]
     env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"))
     try:
@@ -151,9 +179,15 @@ def main():
     parser.add_argument("--ps-params", type=int, default=8)
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per process")
+    parser.add_argument(
+        "--rounds", type=int, default=7, help="alternating rounds of the one-process time ratios (0: none)"
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--cache", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker == "interleaved":
+        print(json.dumps(interleaved(args.n, args.layers, args.rounds)))
+        return
     if args.worker:
         print(json.dumps(worker(args.worker, args.n, args.layers, args.repeats, args.ps_params, args.cache)))
         return
@@ -206,6 +240,18 @@ def main():
         fwd, bp, adj = warm["forward"], warm["backprop"], warm["adjoint"]
         print(f"  adjoint / forward time:  {adj['time_s'] / fwd['time_s']:.2f}  (target <= 3)")
         print(f"  backprop / forward time: {bp['time_s'] / fwd['time_s']:.2f}")
+
+    if args.rounds:
+        with tempfile.TemporaryDirectory() as cache:
+            r = _run_worker(args, "interleaved", cache, repeats=0)
+        if r is not None:
+            print(f"\none process, {args.rounds} alternating rounds: median time, per-round ratio (range)")
+            for method, times in r.items():
+                ratios = np.divide(times, r["forward"])
+                print(
+                    f"  {method:<9} {np.median(times):.3f} s  / forward: {np.median(ratios):.2f} "
+                    f"({ratios.min():.2f}-{ratios.max():.2f})"
+                )
 
 
 if __name__ == "__main__":
