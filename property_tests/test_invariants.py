@@ -95,8 +95,9 @@ def test_sample_frequencies_converge_to_probs(circ, seed):
     np.testing.assert_array_less(np.abs(freq - p), 5 * np.sqrt(p * (1 - p) / shots) + 2e-3)
 
 
-# Circuits of up to 6 wires: on up to 4 the fusion pass absorbs one-qubit gates into two-qubit blocks, up to 8
-# it pairs one-qubit gates on different wires; every structure it meets must leave the numbers unchanged.
+# Circuits of up to 6 wires: the fusion pass absorbs one-qubit gates into dense two-qubit blocks, and up to 8
+# wires it pairs one-qubit gates on different wires; every structure it meets must leave the numbers unchanged
+# (tests/test_fusion.py also runs its cases with structured gates absorbed).
 @given(circuits(max_wires=6, max_depth=10), st.data())
 def test_simulation_matches_the_dense_reference(circ, data):
     n = circ.num_wires

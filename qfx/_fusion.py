@@ -9,9 +9,9 @@ Policy, greedy in circuit order (as in qsim's fuser):
 - a one-qubit gate joins the latest block on its wire when that block is dense (fusible);
 - a dense two-qubit gate joins the latest block when that block acts on the same two wires, and otherwise
   starts a block that absorbs the open one-qubit blocks on its wires;
-- gates with cheap structure (diagonal, permutation, controlled) on two wires stay on their own on large
-  states, where they cost one cheap pass and a dense 4x4 costs more; on small states (`n <= absorb_below`)
-  every kernel launch counts more than its arithmetic, so they are absorbed too;
+- gates with cheap structure (diagonal, permutation, controlled) on two wires stay on their own, where they
+  cost one cheap pass and a dense 4x4 costs more; with `absorb_below` (off by default, see
+  `ABSORB_STRUCTURED_MAX_WIRES`) they are absorbed too on states of at most that many qubits;
 - wider gates are never fused; they end the blocks on their wires.
 A block holding a single gate is returned as that gate, so its fast path is kept.
 """
@@ -29,12 +29,16 @@ import numpy as np
 from ._custom_types import complex_dtype
 from ._gates import AbstractGate, AbstractOperation
 
-# Structured two-qubit gates (CNOT, CZ, SWAP, controlled rotations) are absorbed into dense blocks only for
-# states of at most this many qubits, where a kernel launch costs more than a dense 4x4 pass. Measured on
-# a 2-core CPU (HEA, L=10, value_and_grad): absorbing wins at n = 4 (0.31 vs 0.41 ms) and loses from
-# n = 5 on (n = 8: 1.5 vs 0.8 ms; n = 12: 8.0 vs 5.9 ms), and under vmap over 1024 circuits at n = 8 it
-# doubles the gradient's time: a dense 4x4 costs four times the arithmetic of a one-qubit gate.
-ABSORB_STRUCTURED_MAX_WIRES = 4
+# Structured two-qubit gates (CNOT, CZ, SWAP, controlled rotations) are absorbed into dense blocks on
+# states of at most this many qubits: none. Absorbing them once won at n = 4 (HEA(4, 10) value_and_grad
+# 0.31 vs 0.41 ms) and lost from n = 5 on; since one-qubit gates on different wires are paired
+# (`pair_one_qubit`) it loses at n <= 4 too (2-core CPU, one process, min of 9 rounds, absorbed -> not:
+# HEA(n, 10) value_and_grad n = 2 219 -> 55 us, n = 3 239 -> 147 us, n = 4 226 -> 167 us; 1024 vmapped
+# HEA(4, 4) forward 2.9 -> 1.1 ms, gradient 13.6 -> 5.9 ms, where the transpose of the block products'
+# gather is a scatter into a zero-filled buffer), and compiles faster. One circuit of controlled rotations
+# lost (256 vmapped gradients of Rot + CRX layers on 4 wires: 4.9 -> 6.5 ms); on 2 wires it gained (2.2 ->
+# 1.1 ms).
+ABSORB_STRUCTURED_MAX_WIRES = 0
 
 
 class _DerivedGate(AbstractGate):

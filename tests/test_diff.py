@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import qfx
+from qfx import _fusion
 from qfx.diff import _adjoint, _finite_diff, _parameter_shift
 
 from . import reference as ref
@@ -127,13 +128,16 @@ def test_jacobian_matches_reference(precision, request):
 @pytest.mark.parametrize("n, loop", [(3, False), (6, False), (6, True)])
 def test_every_gate(x64, n, loop, monkeypatch):
     """Each gate of the battery once: shift rules, un-applying and differences against the reference.
-    The QubitUnitary entries stay fixed (parameter-shift has no rule for them). On 3 wires fusion absorbs
-    the two-qubit gates into dense blocks; on 6 they stay as they are, so the adjoint's step meets every
-    form of gate: dense matrices, diagonals and the others (controlled, wide Pauli rotations). With
-    `loop`, the adjoint walks as it does on large states: as a loop over the gates, with the cotangents of
-    matrices and diagonals taken from the states after each gate."""
+    The QubitUnitary entries stay fixed (parameter-shift has no rule for them). On 3 wires fusion is made
+    to absorb the two-qubit gates into dense blocks (an option, off by default); on 6 they stay as they
+    are, so the adjoint's step meets every form of gate: dense matrices, diagonals and the others
+    (controlled, wide Pauli rotations). With `loop`, the adjoint walks as it does on large states: as a
+    loop over the gates, with the cotangents of matrices and diagonals taken from the states after each
+    gate."""
     if loop:
         monkeypatch.setattr(_adjoint, "_LOOP_MIN_WIRES", 1)
+    if n <= 4:
+        monkeypatch.setattr(_fusion, "ABSORB_STRUCTURED_MAX_WIRES", n)
     forms = set()
     operator_form = _adjoint.operator_form
 
