@@ -87,8 +87,8 @@ class AbstractOperation(eqx.Module):
 
     # Plain attribute reads. Equinox's `Module.__getattribute__` is a Python hook (it turns bound methods
     # into pytrees, which qfx never hands to a JAX transform) that runs on every attribute read, twice in
-    # each module's flatten: flattening HEA(4, 10), 14 modules, took 20-25 us with it and 9-10 us without,
-    # paid by every jitted call that takes a circuit (a whole forward pass there runs ~100 us).
+    # each module's flatten: flattening HEA(4, 10), 14 modules, took 20-33 us with it and 6-10 us without,
+    # paid by every jitted call that takes a circuit (its whole forward pass runs in 40-100 us).
     __getattribute__ = object.__getattribute__
 
     @property
