@@ -10,9 +10,11 @@ twice: "cold" compiles (XLA's compiler needs a few hundred MiB for a gradient pr
 computation at n = 20) and fills a persistent compilation cache; "warm", a second fresh process, loads the
 compiled program from that cache, so its peak is the JAX runtime plus the computation itself. Also shown:
 XLA's temporary buffers (`memory_analysis().temp_size_in_bytes`). The time is the median of `--repeats`
-calls after a warm-up call, in the warm process. Parameter-shift costs 2 circuit evaluations per parameter
-(1600 at n = 20, L = 20); it differentiates with respect to the first `--ps-params` angles of the first
-layer only (the rest are constants), and its time is extrapolated linearly to all parameters (marked ~).
+calls after a warm-up call, in the warm process; a last process compiles forward, backprop and adjoint
+together and times them in `--rounds` alternating rounds, for time ratios that one slow process cannot
+skew. Parameter-shift costs 2 circuit evaluations per parameter (1600 at n = 20, L = 20); it
+differentiates with respect to the first `--ps-params` angles of the first layer only (the rest are
+constants), and its time is extrapolated linearly to all parameters (marked ~).
 
 Targets (from the issue): adjoint peak memory below 1/5 of backprop's, and within 64 MiB plus 6 state
 vectors of a forward pass; adjoint time at most 3x a forward pass.
@@ -138,7 +140,7 @@ def interleaved(n: int, layers: int, rounds: int) -> dict:
             start = time.perf_counter()
             jax.block_until_ready(fns[method](t))
             times[method].append(time.perf_counter() - start)
-    return {method: times[method] for method in methods}
+    return times
 
 
 def _run_worker(args, method: str, cache: str, repeats: int) -> dict | None:
