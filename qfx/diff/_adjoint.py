@@ -213,13 +213,14 @@ def _as_cotangents(ops: list, leaves: list[list[Array]]) -> list:
 def _kron_backward(gates: list, sizes, pair: Pair, n: int) -> tuple[list[list[Array]], Pair]:
     """A layer of one-qubit blocks on distinct wires (a `KronLayer`) backwards, as matrix products. For
     each group of `sizes` wires, from the last ones, with `K` the Kronecker product of the group's
-    matrices: the state moves back by `K^-1` (`K^dagger`, see `_unapply`) and the cotangent `lam =
-    conj(bra)` by `K^T`, one product each, written as `(2**k, rest)`: the group's wires come first and the
-    next group is last, as `_kernels._kron_products` does forwards (`rotate_through`). One more product of
-    the two gives their correlation over the rest of the register, `C'[i, k] = sum lam[i] psi[k]`; a
-    gate's matrix cotangent is `u^-T C'_w` (`conj(u) C'_w`), with `C'_w` the partial trace of `C'` on its
-    wire: its cotangent from the states after it, `C_w conj(u)` as in `_gate_step`'s looped walk, with
-    `C_w = u^-T C'_w u^T`, since the group's other factors cancel under the trace.
+    matrices: the state moves back by `K^-1` (computed as an inverse, not as `K^dagger`: see below) and
+    the cotangent `lam = conj(bra)` by `K^T`, one product each, written as `(2**k, rest)`: the group's
+    wires come first and the next group is last, as `_kernels._kron_products` does forwards
+    (`rotate_through`). One more product of the two gives their correlation over the rest of the
+    register, `C'[i, k] = sum lam[i] psi[k]`; a gate's matrix cotangent is `u^-T C'_w` (`conj(u) C'_w`
+    for a unitary `u`), with `C'_w` the partial trace of `C'` on its wire: its cotangent from the states
+    after it, `C_w conj(u)` as in `_gate_step`'s looped walk, with `C_w = u^-T C'_w u^T`, since the
+    group's other factors cancel under the trace.
 
     The groups behind a group (un-applied before it) move `psi` by `V^-1` and `lam` by `V^T` on other
     wires, which leaves the partial trace unchanged for any invertible `V`: derivatives that leave the
