@@ -237,8 +237,8 @@ def _refuse_compiled_vjp(name: str, compiled: bool = False) -> None:
     to run the transform eagerly."""
     if not _COMPILED_VJP_LOSES_GRADIENTS:
         return
-    levels = torch._C._functorch.get_interpreter_stack()
-    if len(levels) != 1 or levels[0].key() != _GRAD:
+    levels = torch._C._functorch.get_interpreter_stack()  # None outside every transform
+    if not levels or len(levels) != 1 or levels[0].key() != _GRAD:
         return
     if not compiled and _dynamo_callback() in (None, False):
         return

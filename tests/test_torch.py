@@ -589,6 +589,25 @@ def test_torch_compile_of_torch_func_transforms():
         torch.testing.assert_close(compiled(*args), expected, msg=lambda m, name=name: f"{name}: {m}")
 
 
+def test_compiled_vjp_check_passes_other_calls(monkeypatch):
+    """The torch < 2.12 refusal (`_refuse_compiled_vjp`) runs on every call: switched on whatever this torch
+    is, plain calls and eager transforms go through and only the compiled vjp is refused. (Its first
+    version crashed on every call outside a transform, where torch reports no interpreter stack at all;
+    CI runs a torch without the check, so this is where it runs.)"""
+    monkeypatch.setattr(qt, "_COMPILED_VJP_LOSES_GRADIENTS", True)
+    f = qt.to_torch(lambda x: jnp.sin(x))
+    x = torch.tensor([0.3, -0.7, 1.2])
+    torch.testing.assert_close(f(x), torch.sin(x))
+    torch.testing.assert_close(torch.func.grad(lambda x: f(x).sum())(x), torch.cos(x))
+    torch.testing.assert_close(torch.func.jacrev(f)(x), torch.diag(torch.cos(x)))
+    layer = qt.TorchLayer(lambda x, w: jnp.sin(x) * w, {"w": (3,)})
+    layer(x).sum().backward()
+    torch.testing.assert_close(layer.w.grad, torch.sin(x))
+    torch._dynamo.reset()
+    with pytest.raises(RuntimeError, match="pytorch/pytorch#172386"):
+        torch.compile(torch.func.jacrev(f), backend="aot_eager")(x)
+
+
 # --- torch.func -------------------------------------------------------------------------------------
 
 
