@@ -359,7 +359,19 @@ def apply_permutation_run(state: Array, gate: Permutation, n: int) -> Array:
     """A `Permutation` (a fused run of CNOT, SWAP, X gates) as one gather: `out[y] = in[g(y)]`."""
     high, low = gate.tables(n)
     index = (jnp.asarray(high)[:, None] ^ jnp.asarray(low)[None, :]).reshape(-1)
-    return jnp.asarray(state).at[index].get(mode="promise_in_bounds", unique_indices=True)
+    return _gather(jnp.asarray(state), index, unique=True)
+
+
+def _gather(state: Array, index: Array, unique: bool = False) -> Array:
+    """`state[index]` for a 1-D state and an in-bounds index, in the state's own layout under `vmap`.
+
+    The index gains a zero that depends on the state (one comparison of one amplitude), so that under
+    `vmap` it is batched like the state and JAX batches the gather with explicit batching dimensions, which
+    XLA runs in place. With an unbatched index the batch becomes a slice dimension, which XLA's canonical
+    gather puts last: the state came out transposed and was copied back before the next gate (1024 vmapped
+    HEA(8, 4): forward 7.4 -> 5.8 ms, value_and_grad 41 -> 27 ms; 2-core CPU, one process, min of 15)."""
+    index = index + (state[:1] != state[:1]).astype(index.dtype) * 0
+    return state.at[index].get(mode="promise_in_bounds", unique_indices=unique)
 
 
 def apply_gate(state: Array, gate: AbstractGate, n: int, wire_map=None) -> Array:
@@ -818,7 +830,7 @@ def _word_image(psi: Array, flips, signs, phase, flipping: bool = True) -> Array
     source = jax.lax.iota(jnp.int32, psi.shape[0])
     if flipping:
         source = source ^ flips
-        psi = psi.at[source].get(mode="promise_in_bounds")
+        psi = _gather(psi, source, unique=True)
     odd = jax.lax.population_count(source & signs) & 1
     return psi * jnp.where(odd == 1, -phase, phase)
 

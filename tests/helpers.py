@@ -6,6 +6,14 @@ import numpy as np
 import qfx
 
 
+def equations(jaxpr):
+    """Every equation of a jaxpr and of the jaxprs nested in it (scan, cond, jit, custom_jvp/vjp bodies)."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            yield from equations(sub)
+
+
 def tree_allclose(x, y, *, rtol=1e-5, atol=1e-6) -> bool:
     """True when two pytrees have the same structure and all leaves are close."""
     xl, xt = jax.tree.flatten(x)

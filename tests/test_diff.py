@@ -19,7 +19,15 @@ from qfx import _fusion
 from qfx.diff import _adjoint, _finite_diff, _parameter_shift
 
 from . import reference as ref
-from .helpers import ALL_GATES, ANGLE_GATES, central_difference, random_circuit, random_unitary, tree_allclose
+from .helpers import (
+    ALL_GATES,
+    ANGLE_GATES,
+    central_difference,
+    equations,
+    random_circuit,
+    random_unitary,
+    tree_allclose,
+)
 
 METHODS = {
     "backprop": qfx.diff.Backprop(),
@@ -510,12 +518,7 @@ def test_parameter_shift_hessian_with_shots_in_chunks():
 
 def _shapes(jaxpr) -> list[tuple[int, ...]]:
     """The shapes of all values in a jaxpr, sub-jaxprs (scan bodies, custom rules) included."""
-    out = []
-    for eqn in jaxpr.eqns:
-        out += [tuple(v.aval.shape) for v in eqn.outvars if hasattr(v.aval, "shape")]
-        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-            out += _shapes(sub)
-    return out
+    return [tuple(v.aval.shape) for eqn in equations(jaxpr) for v in eqn.outvars if hasattr(v.aval, "shape")]
 
 
 def test_adjoint_keeps_no_intermediate_states(monkeypatch):

@@ -9,7 +9,14 @@ import qfx
 from qfx import _fusion, _kernels as K
 
 from . import reference as ref
-from .helpers import central_difference, random_circuit, random_state, random_unitary, tree_allclose
+from .helpers import (
+    central_difference,
+    equations,
+    random_circuit,
+    random_state,
+    random_unitary,
+    tree_allclose,
+)
 
 
 @pytest.fixture(params=["absorb", "keep_structured"])
@@ -286,6 +293,31 @@ def test_permutation_run_gradients_hessian_and_vmap(method, gathers, x64):
     batched = jax.jit(jax.vmap(lambda s: qfx.state(circ, initial_state=s)))(states)
     np.testing.assert_allclose(batched, [ref.final_state(circ, s) for s in states], atol=1e-9)
 
+    # Batched gradients: the gather and its transpose (a scatter) with the index batched like the state.
+    def grad_at(s):
+        return jax.grad(lambda c: qfx.expval(c, obs, diff=method, initial_state=s))(circ)
+
+    grads = jax.jit(jax.vmap(grad_at))(states)
+    for i, s in enumerate(states):
+        assert tree_allclose(jax.tree.map(lambda g, i=i: g[i], grads), jax.jit(grad_at)(s), atol=1e-9)
+
+
+def test_vmapped_permutation_run_gathers_per_batch(gathers):
+    """Under vmap the gather's index is batched like the state, so JAX emits a gather with batching
+    dimensions, which XLA runs in the state's own layout (with an unbatched index the batch became a slice
+    dimension and the state crossed every layer transposed: 1024 vmapped HEA(8, 4) forward 7.4 -> 5.8 ms,
+    value_and_grad 41 -> 27 ms)."""
+    rng = np.random.default_rng(3)
+    circ = _permutation_circuit(rng, 4, runs=1)
+    states = np.stack([random_state(rng, 4) for _ in range(2)])
+    jaxpr = jax.make_jaxpr(jax.vmap(lambda s: qfx.state(circ, initial_state=s)))(states)
+    found = [  # the permutation runs' gathers (not those that pick gate matrices for fusion)
+        e
+        for e in equations(jaxpr.jaxpr)
+        if e.primitive.name == "gather" and e.outvars[0].aval.shape == states.shape
+    ]
+    assert found and all(e.params["dimension_numbers"].operand_batching_dims for e in found)
+
 
 # --- paired one-qubit gates (`_fusion.PairedGate`): one pass evaluated, two gates differentiated --------
 
@@ -547,12 +579,7 @@ def test_kron_layer_adjoint_hessian_off_the_unitary_group(krons, x64):
 
 def _count(jaxpr, name):
     """Occurrences of primitive `name` in a jaxpr, its sub-jaxprs included."""
-    total = 0
-    for eqn in jaxpr.eqns:
-        total += eqn.primitive.name == name
-        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-            total += _count(sub, name)
-    return total
+    return sum(eqn.primitive.name == name for eqn in equations(jaxpr))
 
 
 def test_hea_gradients_run_as_matrix_products():

@@ -13,6 +13,7 @@ from . import reference as ref
 from .helpers import (
     ANGLE_GATES,
     central_difference,
+    equations,
     random_circuit,
     random_state,
     random_unitary,
@@ -382,19 +383,8 @@ def test_backprop_through_shots_raises():
 
 
 def _dot_precisions(jaxpr) -> list:
-    """The `precision` of every dot_general in `jaxpr` and the jaxprs nested in it (scan, cond, jit,
-    custom_jvp/vjp bodies)."""
-    found = []
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "dot_general":
-            found.append(eqn.params["precision"])
-        for value in eqn.params.values():
-            for sub in value if isinstance(value, (tuple, list)) else (value,):
-                if isinstance(sub, jax.extend.core.ClosedJaxpr):
-                    found += _dot_precisions(sub.jaxpr)
-                elif isinstance(sub, jax.extend.core.Jaxpr):
-                    found += _dot_precisions(sub)
-    return found
+    """The `precision` of every dot_general in `jaxpr` and the jaxprs nested in it."""
+    return [eqn.params["precision"] for eqn in equations(jaxpr) if eqn.primitive.name == "dot_general"]
 
 
 def test_every_contraction_asks_for_full_precision():
