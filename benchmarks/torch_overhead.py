@@ -56,25 +56,29 @@ def loss(inputs, theta):
 
 
 def best_us(fns, number: int, rounds: int) -> list[tuple[float, float]]:
-    """(wall, cpu): the time of one call of each function in us, the best over `rounds` of the mean of
-    `number` consecutive calls, by the wall clock and by this process's CPU time (all its threads).
+    """(wall, cpu): the time of one call of each function in us: by the wall clock, the best over `rounds`
+    of the mean of `number` consecutive calls; by this process's CPU time (all its threads), the mean over
+    all rounds.
 
     Rounds of the functions alternate, so that background load (other processes on the same cores)
     reaches them alike; the best round is the one it disturbed least. CPU time leaves out the time the
-    process waited for a core, so it shows the work a call costs on a machine shared with other jobs.
+    process waited for a core, so it shows the work a call costs on a machine shared with other jobs. It
+    is not a best round: on this VM a short round can read far less than it used (the best of 20 rounds of
+    5 batch-1024 forwards read 35 us a call, where 100 calls in a row read ~300 us).
     """
     for fn in fns:
         fn()
-    best = [[float("inf")] * 2 for _ in fns]
+    best = [float("inf")] * len(fns)
+    cpu = [0] * len(fns)
     for _ in range(rounds):
         for i, fn in enumerate(fns):
             w0, c0 = time.perf_counter_ns(), time.process_time_ns()
             for _ in range(number):
                 fn()
             w1, c1 = time.perf_counter_ns(), time.process_time_ns()
-            best[i][0] = min(best[i][0], (w1 - w0) / number / 1e3)
-            best[i][1] = min(best[i][1], (c1 - c0) / number / 1e3)
-    return [tuple(b) for b in best]
+            best[i] = min(best[i], (w1 - w0) / number / 1e3)
+            cpu[i] += c1 - c0
+    return [(b, c / (rounds * number) / 1e3) for b, c in zip(best, cpu, strict=True)]
 
 
 def rows_for_batch(
