@@ -700,7 +700,11 @@ def check_normalised(psi: Array, what: str, dtype) -> Array:
         return psi
     norm = jnp.sum(jnp.real(psi * psi.conj()))
     bad = ~(jnp.abs(norm - 1) <= tol)  # NaN fails too
-    return eqx.error_if(psi, bad, f"{what} is not normalised (squared norm != 1).")
+    # The check rides on a scalar: `error_if` passes its operand through a conditional, and XLA copies a
+    # state there (one more read and write of it per call). The state takes the checked scalar as a factor
+    # of exactly 1 (the norm is finite when the check passes), which XLA fuses into its first use.
+    checked = eqx.error_if(norm, bad, f"{what} is not normalised (squared norm != 1).")
+    return psi * jax.lax.stop_gradient(checked * 0 + 1).astype(psi.dtype)
 
 
 # --- the functional style -----------------------------------------------------------------------------

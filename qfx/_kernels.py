@@ -23,7 +23,16 @@ import numpy as np
 from . import _fusion
 from ._circuit import Repeat
 from ._custom_types import EXACT, complex_dtype, is_concrete, real_dtype
-from ._fusion import KronLayer, PairedGate, Permutation, batchable, fuse, kron_layers, pair_one_qubit
+from ._fusion import (
+    KronLayer,
+    PairedGate,
+    Permutation,
+    batchable,
+    computed_once,
+    fuse,
+    kron_layers,
+    pair_one_qubit,
+)
 from ._gates import AbstractGate, Adjoint, PauliRot
 from ._observables import LinearCombination, PauliWord, Word
 
@@ -320,7 +329,7 @@ def apply_rotating(state: Array, matrix: Array, wires: tuple[int, ...], n: int) 
 def apply_diagonal(state: Array, diag: Array, wires: tuple[int, ...], n: int) -> Array:
     k = len(wires)
     order, shape, axes = _layout(wires, n)
-    d = diag.reshape((2,) * k).transpose(order)
+    d = computed_once(diag).reshape((2,) * k).transpose(order)
     bshape = [1] * len(shape)
     for a in axes:
         bshape[a] = 2

@@ -319,6 +319,86 @@ def test_vmapped_permutation_run_gathers_per_batch(gathers):
     assert found and all(e.params["dimension_numbers"].operand_batching_dims for e in found)
 
 
+# --- runs of diagonal gates (`_fusion.DiagonalGate`) ------------------------------------------------
+
+
+def _diagonal_circuit(rng, n, layers=2):
+    """QAOA-like layers: runs of parameterised and constant diagonal gates between dense ones."""
+    ops = [qfx.H(w) for w in range(n)]
+    for _ in range(layers):
+        for _ in range(rng.integers(4, 9)):
+            a, b, c = (int(w) for w in rng.choice(n, 3, replace=False))
+            t = rng.uniform(-np.pi, np.pi)
+            ops.append(
+                [
+                    qfx.IsingZZ(t, wires=(a, b)),
+                    qfx.RZ(t, wires=a),
+                    qfx.CRZ(t, wires=(b, a)),
+                    qfx.MultiRZ(t, wires=(c, a, b)),
+                    qfx.PhaseShift(t, wires=b),
+                    qfx.CZ((a, c)),
+                    qfx.S(c),
+                ][rng.integers(7)]
+            )
+        ops += [qfx.RX(rng.uniform(-np.pi, np.pi), wires=w) for w in range(n)]
+    return qfx.Circuit(ops, n)
+
+
+def test_diagonal_runs_are_merged(monkeypatch):
+    n = 6
+    monkeypatch.setattr(_fusion, "DIAGONAL_MAX_WIRES", 3)
+    gates = [qfx.IsingZZ(0.3, wires=(0, 1)), qfx.RZ(0.2, wires=2), qfx.CZ((1, 2)), qfx.PhaseShift(0.1, 3)]
+    gates += [qfx.RX(0.4, wires=5), qfx.CZ((4, 5))]
+    fused = _fusion.fuse(gates, n)
+    # Three gates on wires {0, 1, 2}; PhaseShift(3) would make four wires: it ends the run (and is alone).
+    assert [type(op).__name__ for op in fused] == ["DiagonalGate", "PhaseShift", "RX", "CZ"]
+    assert fused[0].wires == (0, 1, 2)
+    circ = qfx.Circuit(gates, n)
+    psi = random_state(np.random.default_rng(0), n)
+    np.testing.assert_allclose(qfx.state(circ, initial_state=psi), ref.final_state(circ, psi), atol=2e-6)
+
+
+@pytest.mark.parametrize("max_wires", [2, 3, 8])
+@pytest.mark.parametrize("seed", range(2))
+def test_diagonal_runs_match_reference(seed, max_wires, monkeypatch):
+    monkeypatch.setattr(_fusion, "DIAGONAL_MAX_WIRES", max_wires)
+    rng = np.random.default_rng(500 + seed)
+    n = 5
+    circ = _diagonal_circuit(rng, n)
+    merged = [op for op in _fusion.fuse(circ.ops, n) if isinstance(op, _fusion.DiagonalGate)]
+    assert merged and all(len(op.wires) <= max_wires for op in merged)
+    psi = random_state(rng, n)
+    np.testing.assert_allclose(qfx.state(circ, initial_state=psi), ref.final_state(circ, psi), atol=2e-5)
+    for op in merged:  # its adjoint undoes it
+        back = K.apply_gate(K.apply_gate(psi, op, n), op.adjoint(), n)
+        np.testing.assert_allclose(back, psi, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "method",
+    [qfx.diff.Backprop(), qfx.diff.Adjoint(), qfx.diff.ParameterShift()],
+    ids=["backprop", "adjoint", "parameter_shift"],
+)
+def test_diagonal_run_gradients_and_vmap(method, x64):
+    rng = np.random.default_rng(17)
+    n = 5
+    circ = _diagonal_circuit(rng, n)
+    obs = qfx.Z(0) @ qfx.Z(3) + 0.5 * qfx.X(2)
+
+    def f(c):
+        return qfx.expval(c, obs, diff=method)
+
+    expected = central_difference(lambda c: np.real(ref.expval(c, obs)), circ)
+    assert tree_allclose(jax.jit(jax.grad(f))(circ), expected, atol=1e-6)
+    # A batch of circuits: each merged diagonal is computed per circuit.
+    thetas = rng.uniform(-np.pi, np.pi, (3,))
+    batch = eqx.filter_vmap(lambda t: eqx.tree_at(lambda c: c.ops[-1].theta, circ, t))(thetas)
+    values = jax.jit(jax.vmap(f))(batch)
+    for t, v in zip(thetas, values, strict=True):
+        one = eqx.tree_at(lambda c: c.ops[-1].theta, circ, t)
+        np.testing.assert_allclose(v, np.real(ref.expval(one, obs)), atol=1e-9)
+
+
 # --- paired one-qubit gates (`_fusion.PairedGate`): one pass evaluated, two gates differentiated --------
 
 
