@@ -13,9 +13,9 @@ Prints one table: for each n, the first call of the jitted value_and_grad (trace
 """
 
 import argparse
-import statistics
 import time
 
+from hea import steady  # benchmarks/hea.py
 import jax
 import jax.numpy as jnp
 from machine import cpu_name  # benchmarks/machine.py
@@ -44,16 +44,6 @@ def make(n: int, layers: int):
     return cost, params
 
 
-def median_time(fn, arg, repeats: int) -> float:
-    jax.block_until_ready(fn(arg))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(arg))
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--widths", type=int, nargs="+", default=[4, 8, 12, 16, 20])
@@ -73,10 +63,10 @@ def main():
         jax.block_until_ready(vg(params))
         first = time.perf_counter() - start
         repeats = 7 if n >= 16 else 50
-        fwd = median_time(jax.jit(cost), params, repeats)
-        steady = median_time(vg, params, repeats)
+        fwd = steady(jax.jit(cost), params, repeats=repeats)
+        vg_time = steady(vg, params, repeats=repeats)
         edges = n + len(range(0, n, 2))
-        print(f"| {n} | {edges} | {first:.2f} s | {fwd * 1e3:.3f} ms | {steady * 1e3:.3f} ms |", flush=True)
+        print(f"| {n} | {edges} | {first:.2f} s | {fwd * 1e3:.3f} ms | {vg_time * 1e3:.3f} ms |", flush=True)
 
 
 if __name__ == "__main__":

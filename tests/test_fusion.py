@@ -18,6 +18,13 @@ from .helpers import (
     tree_allclose,
 )
 
+# The differentiation methods with exact gradients, each test run once per method.
+EXACT_METHODS = pytest.mark.parametrize(
+    "method",
+    [qfx.diff.Backprop(), qfx.diff.Adjoint(), qfx.diff.ParameterShift()],
+    ids=["backprop", "adjoint", "parameter_shift"],
+)
+
 
 @pytest.fixture(params=["absorb", "keep_structured"])
 def policy(request, monkeypatch):
@@ -260,11 +267,7 @@ def test_permutation_runs_match_reference(seed, gathers):
             np.testing.assert_allclose(back, psi, atol=1e-6)
 
 
-@pytest.mark.parametrize(
-    "method",
-    [qfx.diff.Backprop(), qfx.diff.Adjoint(), qfx.diff.ParameterShift()],
-    ids=["backprop", "adjoint", "parameter_shift"],
-)
+@EXACT_METHODS
 def test_permutation_run_gradients_hessian_and_vmap(method, gathers, x64):
     rng = np.random.default_rng(11)
     n = 5
@@ -374,11 +377,7 @@ def test_diagonal_runs_match_reference(seed, max_wires, monkeypatch):
         np.testing.assert_allclose(back, psi, atol=1e-6)
 
 
-@pytest.mark.parametrize(
-    "method",
-    [qfx.diff.Backprop(), qfx.diff.Adjoint(), qfx.diff.ParameterShift()],
-    ids=["backprop", "adjoint", "parameter_shift"],
-)
+@EXACT_METHODS
 def test_diagonal_run_gradients_and_vmap(method, x64):
     rng = np.random.default_rng(17)
     n = 5
