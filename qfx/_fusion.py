@@ -330,7 +330,7 @@ def _diagonal_product(run: list, wires: tuple[int, ...], dtype) -> Array:
     return out.reshape(-1)
 
 
-def merge_diagonals(ops: list, n: int) -> list:
+def merge_diagonals(ops: list) -> list:
     """`ops` with each run of consecutive diagonal gates whose wires together number at most
     `DIAGONAL_MAX_WIRES` replaced by one `DiagonalGate`: one pass over the state instead of one per gate."""
     out, run, union = [], [], set()
@@ -512,4 +512,4 @@ def fuse(ops: tuple[AbstractOperation, ...], n: int, absorb_below: int | None = 
             dtype = complex_dtype()
             mats = _products([(b.wires, b.gates) for b in chosen], dtype)
             fused.update({id(b): FusedGate(m, b.wires) for b, m in zip(chosen, mats, strict=True)})
-    return merge_permutations(merge_diagonals([fused.get(id(b), b.gates[0]) for b in blocks], n), n)
+    return merge_permutations(merge_diagonals([fused.get(id(b), b.gates[0]) for b in blocks]), n)
