@@ -345,7 +345,7 @@ def merge_diagonals(ops: list) -> list:
         union.clear()
 
     for op in ops:
-        if isinstance(op, AbstractGate) and not isinstance(op, Permutation) and op.diagonal() is not None:
+        if isinstance(op, AbstractGate) and op.diagonal() is not None:
             if len(union | set(op.wires)) > DIAGONAL_MAX_WIRES:
                 flush()
             run.append(op)

@@ -382,6 +382,7 @@ def test_diagonal_run_gradients_and_vmap(method, x64):
     rng = np.random.default_rng(17)
     n = 5
     circ = _diagonal_circuit(rng, n)
+    assert any(isinstance(op, _fusion.DiagonalGate) for op in _fusion.fuse(circ.ops, n))
     obs = qfx.Z(0) @ qfx.Z(3) + 0.5 * qfx.X(2)
 
     def f(c):
@@ -389,13 +390,17 @@ def test_diagonal_run_gradients_and_vmap(method, x64):
 
     expected = central_difference(lambda c: np.real(ref.expval(c, obs)), circ)
     assert tree_allclose(jax.jit(jax.grad(f))(circ), expected, atol=1e-6)
-    # A batch of circuits: each merged diagonal is computed per circuit.
-    thetas = rng.uniform(-np.pi, np.pi, (3,))
-    batch = eqx.filter_vmap(lambda t: eqx.tree_at(lambda c: c.ops[-1].theta, circ, t))(thetas)
-    values = jax.jit(jax.vmap(f))(batch)
-    for t, v in zip(thetas, values, strict=True):
-        one = eqx.tree_at(lambda c: c.ops[-1].theta, circ, t)
-        np.testing.assert_allclose(v, np.real(ref.expval(one, obs)), atol=1e-9)
+    # A batch of circuits, every angle shifted per circuit: each merged diagonal is computed per circuit.
+    params, static = eqx.partition(circ, eqx.is_inexact_array)
+    shifts = (0.0, 0.3, -0.7)
+
+    def shifted(s):
+        return jax.tree.map(lambda x: x + s, params)
+
+    batch = jax.tree.map(lambda *xs: np.stack(xs), *[shifted(s) for s in shifts])
+    values = jax.jit(jax.vmap(lambda p: f(eqx.combine(p, static))))(batch)
+    for s, v in zip(shifts, values, strict=True):
+        np.testing.assert_allclose(v, np.real(ref.expval(eqx.combine(shifted(s), static), obs)), atol=1e-9)
 
 
 # --- paired one-qubit gates (`_fusion.PairedGate`): one pass evaluated, two gates differentiated --------
