@@ -39,6 +39,15 @@ from ._observables import LinearCombination, PauliWord, Word
 # Dense gates up to this many wires are applied as elementwise slice combinations.
 _ELEMENTWISE_MAX_WIRES = 2
 
+# XLA's CPU runtime runs a program (and each loop body or branch on its own) kernel after kernel on the
+# calling thread when all its buffers are at most this many bytes; one larger buffer makes it dispatch the
+# kernels as a dataflow graph over its thread pool (`ThunkExecutor::Options::
+# execute_sequential_buffer_threshold`, fixed, no flag), which costs more than kernels on states this
+# small do: a 4-qubit HEA value_and_grad ran 47 us at 4 layers and 117 us at 5, where backprop's stacked
+# per-layer states passed 512 bytes. Small states keep their programs under it where that is cheap (see
+# `_computed_weights` and `qfx.diff.Backprop`).
+SEQUENTIAL_BYTES = 512
+
 
 @functools.cache
 def _memory_limit_bytes() -> int:
@@ -782,6 +791,27 @@ def _word_weights(word: Word, wires: tuple[int, ...]) -> np.ndarray:
     return w
 
 
+def _computed_weights(words: list[Word], wires: tuple[int, ...], dtype) -> Array:
+    """`_word_weights` of each word, computed in the program from an iota rather than stored: the product
+    of the letters' 2-vectors is `(-i)**(number of Y) * (-1)**parity(b & mask)`, `mask` the word's Y and
+    Z wires. Used on small states, where a stored `(words, 2**k)` table over `SEQUENTIAL_BYTES` would
+    make XLA run the whole program over its thread pool (the sum of Z on 5 qubits: value_and_grad of
+    HEA(5, 4) with a 16-word Hamiltonian 287 -> 180 us). On larger states the stored table compiled
+    faster."""
+    k = len(wires)
+    masks, ny = np.zeros(len(words), np.int32), np.zeros(len(words), np.int32)
+    for j, word in enumerate(words):
+        letters = dict(word)
+        for a, wire in enumerate(wires):
+            masks[j] |= (1 << (k - 1 - a)) if letters.get(wire, "I") in "YZ" else 0
+            ny[j] += letters.get(wire, "I") == "Y"
+    phases = np.asarray([1, -1j, -1, 1j])[ny % 4]
+    odd = jax.lax.population_count(jax.lax.iota(jnp.int32, 2**k)[None, :] & masks[:, None]) & 1
+    if not np.any(phases.imag):
+        phases = phases.real
+    return jnp.asarray(phases, dtype)[:, None] * jnp.where(odd == 1, -1, 1).astype(dtype)
+
+
 # Above this many passes over the state (one per marginal of `pauli_expvals`), words are evaluated one by
 # one in a `lax.scan` instead (`_scanned_expvals`): compiled once, however many words.
 SCAN_MIN_PASSES = 32
@@ -805,15 +835,21 @@ def pauli_expvals(state: Array, words: tuple[Word, ...], n: int) -> Array:
     if sum(len(w) for w in windows.values()) > SCAN_MIN_PASSES and n < 31:
         return _scanned_expvals(state, words, n)
     values: list = [None] * len(words)
+    small = state.size * state.dtype.itemsize <= SEQUENTIAL_BYTES
     for flips, members in groups.items():
         c = jnp.real(t * t.conj()) if not flips else t.conj() * jnp.flip(t, axis=flips)
         c = c.reshape(-1)
         for wires, local in windows[flips].items():
             m = sum_out(c, wires, n)
-            weights = np.stack([_word_weights(words[members[j]], wires) for j in local])
-            if not np.iscomplexobj(c) and not np.any(weights.imag):
-                weights = weights.real
-            vals = jnp.real(jnp.sum(jnp.asarray(weights, m.dtype) * m[None, :], axis=1))
+            group = [words[members[j]] for j in local]
+            if small and len(group) * m.size * m.dtype.itemsize > SEQUENTIAL_BYTES:
+                weights = _computed_weights(group, wires, m.dtype)
+            else:
+                weights = np.stack([_word_weights(word, wires) for word in group])
+                if not np.iscomplexobj(c) and not np.any(weights.imag):
+                    weights = weights.real
+                weights = jnp.asarray(weights, m.dtype)
+            vals = jnp.real(jnp.sum(weights * m[None, :], axis=1))
             for j, v in zip(local, vals, strict=True):
                 values[members[j]] = v.astype(real_dtype())
     return jnp.stack(values) if values else jnp.zeros((0,), real_dtype())

@@ -25,6 +25,7 @@ from .helpers import (
     central_difference,
     equations,
     random_circuit,
+    random_state,
     random_unitary,
     tree_allclose,
 )
@@ -523,8 +524,8 @@ def _shapes(jaxpr) -> list[tuple[int, ...]]:
 
 def test_adjoint_keeps_no_intermediate_states(monkeypatch):
     """Backprop's program stacks a state per scanned layer; the adjoint's has no such array, and its
-    backward walk ran."""
-    n, layers = 4, 7
+    backward walk ran. (7 qubits: on smaller states backprop walks too, see the next test.)"""
+    n, layers = 7, 5
     thetas = jnp.asarray(np.random.default_rng(8).uniform(-np.pi, np.pi, (layers, n)), jnp.float32)
 
     def f(th, diff):
@@ -547,6 +548,100 @@ def test_adjoint_keeps_no_intermediate_states(monkeypatch):
     assert not calls
     assert not stacked_states(qfx.diff.Adjoint())
     assert calls
+
+
+def _count_walks(monkeypatch) -> list:
+    calls = []
+    backward = _adjoint._backward
+    monkeypatch.setattr(_adjoint, "_backward", lambda *a: calls.append(None) or backward(*a))
+    return calls
+
+
+def test_backprop_walks_small_states(x64, monkeypatch):
+    """On a 4-qubit state, Backprop differentiates a scalar expectation by the adjoint walk, written as a
+    custom_jvp: gradients to the gate angles, the initial state and the observable's coefficients (of an
+    observable with a Hermitian term) match the reference's finite differences, and jvp, jacfwd, hessian,
+    grad of grad and vmap(grad) match plain backprop (the same method with the walk switched off)."""
+    rng = np.random.default_rng(5)
+    flat = Flat(_test_circuit(seed=3, n=4))
+    obs = _observables(rng)[0]
+    psi0 = jnp.asarray(random_state(rng, 4))
+    theta = jnp.asarray(flat.theta)
+
+    def f(th, psi, o):
+        return qfx.expval(flat(th), o, initial_state=psi / jnp.linalg.norm(psi).astype(psi.dtype))
+
+    def f_ref(th, psi, o):
+        return ref.expval(flat.reference(th), o, initial_state=np.asarray(psi) / np.linalg.norm(psi))
+
+    calls = _count_walks(monkeypatch)
+    args = (theta, psi0, obs)
+    grads = jax.jit(jax.grad(f, argnums=(0, 1, 2)))(*args)
+    assert calls
+    expected = (
+        central_difference(lambda th: f_ref(th, psi0, obs), flat.theta, eps=1e-5),
+        # JAX's gradient in a complex z is dL/dx - i dL/dy
+        central_difference(
+            lambda x: f_ref(theta, np.asarray(x[0]) + 1j * np.asarray(x[1]), obs),
+            (psi0.real, psi0.imag),
+            eps=1e-6,
+        ),
+        central_difference(
+            lambda c: f_ref(theta, psi0, qfx.LinearCombination(c, obs.terms)), obs.coeffs, eps=1e-6
+        ),
+    )
+    assert tree_allclose(grads[0], expected[0], rtol=1e-8, atol=1e-8)
+    assert tree_allclose(grads[1], expected[1][0] - 1j * expected[1][1], rtol=1e-8, atol=1e-8)
+    assert tree_allclose(grads[2].coeffs, expected[2], rtol=1e-8, atol=1e-8)
+
+    g = lambda th: f(th, psi0, obs)  # noqa: E731
+    thetas = jnp.stack([theta, theta * 0.5 - 0.2])
+    transforms = {
+        "jvp": lambda: jax.jvp(g, (theta,), (jnp.cos(theta),)),
+        "jacfwd": lambda: jax.jacfwd(g)(theta),
+        "hessian": lambda: jax.hessian(g)(theta),
+        "grad of grad": lambda: jax.grad(lambda th: jnp.sum(jnp.sin(jax.grad(g)(th))))(theta),
+        "vmap(grad)": lambda: jax.vmap(jax.grad(g))(thetas),
+    }
+    walked = {name: jax.jit(t)() for name, t in transforms.items()}
+    monkeypatch.setattr(qfx.diff._backprop, "SMALL_STATE_BYTES", 0)
+    count = len(calls)
+    for name, t in transforms.items():
+        assert tree_allclose(walked[name], jax.jit(t)(), rtol=1e-9, atol=1e-9), name
+    assert len(calls) == count  # the reference ran without the walk
+    assert float(jnp.max(jnp.abs(walked["hessian"]))) > 0.1  # the case is not trivial
+
+
+@pytest.mark.parametrize("case", ["two observables", "7 qubits", "QubitUnitary", "shots"])
+def test_backprop_walks_only_small_scalar_measurements(case, monkeypatch):
+    """Backprop keeps plain autodiff for a measurement with several entries, a state over 512 bytes, a
+    circuit with complex (matrix) parameters, and shot estimates; the result still matches the adjoint's
+    (or, with shots, the exact gradient in the coefficients, in which a shot estimate is linear)."""
+    n = 7 if case == "7 qubits" else 3
+    ops = [qfx.RY(0.3 * (i + 1), i) for i in range(n)] + [qfx.CNOT((i, i + 1)) for i in range(n - 1)]
+    if case == "QubitUnitary":
+        ops.append(qfx.QubitUnitary(random_unitary(np.random.default_rng(6), 4), (0, 2)))
+    circ = qfx.Circuit(ops, n)
+    coeffs = jnp.asarray([0.5, -1.5], jnp.float32)
+    obs = qfx.LinearCombination(coeffs, [qfx.Z(0), qfx.X(n - 1)])
+
+    def f(c, diff=METHODS["backprop"]):
+        if case == "two observables":
+            return jnp.sum(jnp.sin(qfx.expval(c, [qfx.Z(0), qfx.X(n - 1)], diff=diff)))
+        return qfx.expval(c, obs, diff=diff)
+
+    calls = _count_walks(monkeypatch)
+    if case == "shots":
+        terms = [qfx.Z(0), qfx.X(n - 1)]
+        est = lambda cf: qfx.expval(circ, qfx.LinearCombination(cf, terms), shots=10, key=jax.random.key(1))  # noqa: E731
+        value, grad = jax.value_and_grad(est)(coeffs)
+        assert not calls
+        # A shot estimate is linear in the coefficients: sum_k c_k dE/dc_k = E.
+        assert float(jnp.dot(grad, coeffs)) == pytest.approx(float(value), abs=1e-5)
+        return
+    got = jax.grad(f)(circ)
+    assert not calls
+    assert tree_allclose(got, jax.grad(lambda c: f(c, qfx.diff.Adjoint()))(circ), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("method", ["parameter_shift", "finite_diff"])

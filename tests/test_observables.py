@@ -90,6 +90,27 @@ def test_values_match_kron_matrices(psi):
         assert _value(obs, psi) == pytest.approx(_dense_value(matrix, psi), abs=2e-5), obs
 
 
+def test_small_states_compute_word_weights(monkeypatch):
+    """On a 5-qubit state, words whose weight table would pass 512 bytes get their weights computed in the
+    program (`_computed_weights`, one call per window here) rather than stored; the values match dense
+    matrices, and the computed weights match the stored ones letter by letter."""
+    n = 5
+    rng = np.random.default_rng(7)
+    words = [{w: "XYZ"[(w + k) % 3] for w in range(n)} for k in range(3)] + [{w: "Z"} for w in range(n)]
+    obs = sum(float(c) * qfx.PauliWord(w) for c, w in zip(rng.normal(size=len(words)), words, strict=True))
+    psi = jnp.asarray(random_state(rng, n), jnp.complex64)
+    calls = []
+    computed = qfx._kernels._computed_weights
+    monkeypatch.setattr(qfx._kernels, "_computed_weights", lambda *a: calls.append(a[:2]) or computed(*a))
+    value = qfx.expval(qfx.Circuit([], n), obs, initial_state=psi)
+    assert calls
+    expected = np.real(np.vdot(psi, ref.observable_matrix(obs, n) @ np.asarray(psi)))
+    assert float(value) == pytest.approx(expected, abs=1e-5)
+    for group, wires in calls:
+        stored = np.stack([qfx._kernels._word_weights(word, wires) for word in group])
+        np.testing.assert_array_equal(computed(group, wires, jnp.complex64), stored.astype(np.complex64))
+
+
 def test_a_list_of_observables(psi):
     values = qfx.expval(qfx.Circuit([], num_wires=N), [qfx.Z(0), qfx.X(1) @ qfx.X(2)], initial_state=psi)
     assert values.shape == (2,)

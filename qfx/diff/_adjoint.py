@@ -355,6 +355,39 @@ _FORWARD_MODE_MESSAGE = (
 )
 
 
+class _Walk:
+    """A measured circuit split for the adjoint walk: `primals` are its differentiable leaves (the gate
+    parameters, the initial state, the float leaves of `args`) and the other arrays of `args` (keys,
+    indices: passed in, not closed over, as `vmap` may batch them)."""
+
+    def __init__(self, measure, circuit, initial_state, args):
+        self.n = circuit.num_wires
+        params, self.params_static = eqx.partition(circuit, eqx.is_inexact_array)
+        args_diff, args_rest = eqx.partition(args, eqx.is_inexact_array)
+        args_arrays, self.args_static = eqx.partition(args_rest, eqx.is_array)
+        self.measure = measure
+        self.primals = (params, initial_state, args_diff, args_arrays)
+
+    def simulate(self, params, psi0):
+        return run(eqx.combine(params, self.params_static).ops, psi0, self.n)
+
+    def measured(self, psi, args_diff, args_arrays):
+        return self.measure(psi, eqx.combine(args_diff, args_arrays, self.args_static))
+
+    def value(self, params, psi0, args_diff, args_arrays):
+        return self.measured(self.simulate(params, psi0), args_diff, args_arrays)
+
+    def pull(self, primals, psi, ct=None) -> tuple:
+        """The measured value and the cotangents of `primals[:3]` for the cotangent `ct` of the value
+        (ones where None), from the final state `psi`: the bra `<psi| dmeasure/dpsi` walked backwards."""
+        params, _, args_diff, args_arrays = primals
+        value, measure_vjp = jax.vjp(lambda s, a: self.measured(s, a, args_arrays), psi, args_diff)
+        psi_bar, args_bar = measure_vjp(jnp.ones_like(value) if ct is None else ct)
+        ops = eqx.combine(params, self.params_static).ops
+        leaves, (_, bra0) = _backward(ops, (psi, psi_bar.conj()), self.n)
+        return value, (jax.tree.unflatten(jax.tree.structure(params), leaves), bra0.conj(), args_bar)
+
+
 class Adjoint(AbstractDiffMethod):
     """The adjoint method: reverse-mode derivatives in memory that does not grow with depth.
 
@@ -380,39 +413,55 @@ class Adjoint(AbstractDiffMethod):
 
     def __call__(self, measure, circuit, initial_state, args):
         check_gates_only(circuit.ops, "Adjoint")
-        n = circuit.num_wires
-        params, params_static = eqx.partition(circuit, eqx.is_inexact_array)
-        args_diff, args_rest = eqx.partition(args, eqx.is_inexact_array)
-        # Keys and other non-float arrays in `args` are passed in (not closed over), as vmap may batch them.
-        args_arrays, args_static = eqx.partition(args_rest, eqx.is_array)
-
-        def simulate(params, psi0):
-            return run(eqx.combine(params, params_static).ops, psi0, n)
-
-        def measure_diff(psi, args_diff, args_arrays):
-            return measure(psi, eqx.combine(args_diff, args_arrays, args_static))
+        walk = _Walk(measure, circuit, initial_state, args)
 
         @jax.custom_vjp
-        def adjoint(params, psi0, args_diff, args_arrays):
-            return measure_diff(simulate(params, psi0), args_diff, args_arrays)
+        def adjoint(*primals):
+            return walk.value(*primals)
 
-        def forward(params, psi0, args_diff, args_arrays):
-            psi = simulate(params, psi0)
-            return measure_diff(psi, args_diff, args_arrays), (params, psi, args_diff, args_arrays)
+        def forward(*primals):
+            psi = walk.simulate(*primals[:2])
+            return walk.measured(psi, *primals[2:]), (primals, psi)
 
         def backward(residuals, ct):
-            params, psi, args_diff, args_arrays = residuals
-            _, measure_vjp = jax.vjp(lambda s, a: measure_diff(s, a, args_arrays), psi, args_diff)
-            psi_bar, args_bar = measure_vjp(ct)
-            leaves, (_, bra0) = _backward(eqx.combine(params, params_static).ops, (psi, psi_bar.conj()), n)
-            params_bar = jax.tree.unflatten(jax.tree.structure(params), leaves)
-            return params_bar, bra0.conj(), args_bar, None
+            primals, psi = residuals
+            return (*walk.pull(primals, psi, ct)[1], None)
 
         adjoint.defvjp(forward, backward)
         try:
-            return adjoint(params, initial_state, args_diff, args_arrays)
+            return adjoint(*walk.primals)
         except TypeError as e:
             # Raised here eagerly and under vmap; under jit JAX raises its own TypeError later.
             if "forward-mode" in str(e):
                 raise TypeError(_FORWARD_MODE_MESSAGE) from e
             raise
+
+
+def adjoint_scalar(measure, circuit, initial_state, args):
+    """`measure(run(circuit))` for a real measurement with one entry, differentiated by the adjoint walk
+    in any mode: a `jax.custom_jvp` whose tangent is `<gradient, tangent>`, with the gradient (of every
+    differentiable input at once) from one walk.
+
+    Reverse mode transposes that product, so `jax.grad` costs the adjoint method's forward pass and walk
+    and keeps no intermediate state; forward mode (`jax.jvp`, `jax.jacfwd`) costs the same, where true
+    forward mode would cost about two forward passes; higher orders differentiate the walk itself (JAX
+    code). For one output entry only: with k entries the tangent would need k walks, where reverse mode
+    needs one. Used by `qfx.diff.Backprop` on small states (see there)."""
+    walk = _Walk(measure, circuit, initial_state, args)
+
+    @jax.custom_jvp
+    def scalar(*primals):
+        return walk.value(*primals)
+
+    @scalar.defjvp
+    def scalar_jvp(primals, tangents):
+        psi = walk.simulate(*primals[:2])
+        value, grads = walk.pull(primals, psi)
+        # JAX's cotangent `g` of a real function of a complex `z` gives `df = Re(sum(g dz))`.
+        terms = [
+            jnp.sum((jnp.real(g * t) if jnp.iscomplexobj(g) else g * t).astype(value.dtype))
+            for g, t in zip(jax.tree.leaves(grads), jax.tree.leaves(tangents[:3]), strict=True)
+        ]
+        return value, jnp.reshape(sum(terms, jnp.zeros((), value.dtype)), value.shape).astype(value.dtype)
+
+    return scalar(*walk.primals)

@@ -1,4 +1,4 @@
-"""The differentiation-method interface, the `Expectation` marker, and backpropagation (the default)."""
+"""The differentiation-method interface, the `Expectation` marker, and checks the methods share."""
 
 import abc
 from collections.abc import Callable
@@ -8,7 +8,6 @@ from jaxtyping import Array, PyTree
 
 from .._circuit import Circuit, Repeat
 from .._gates import AbstractGate
-from .._kernels import run
 
 # measure(final_state, args) -> array: a pure function of the final state and of `args`
 # (observables, keys), which are pytrees the method may also differentiate.
@@ -70,15 +69,3 @@ class AbstractDiffMethod(eqx.Module):
     def __call__(self, measure: Measure, circuit: Circuit, initial_state: Array, args: PyTree) -> Array:
         """Simulates `circuit` from `initial_state` and returns `measure(final_state, args)`, with
         derivatives (of any order, under any JAX transformation) given by this method."""
-
-
-class Backprop(AbstractDiffMethod):
-    """JAX's own autodiff through the simulation: any order, any transformation. The default.
-
-    Memory grows with depth in reverse mode (JAX keeps the intermediate states). Inside `Repeat` blocks
-    each layer is checkpointed: one state is kept per layer and the layer is recomputed backwards.
-    """
-
-    def __call__(self, measure, circuit, initial_state, args):
-        check_gates_only(circuit.ops, "Backprop")
-        return measure(run(circuit.ops, initial_state, circuit.num_wires), args)

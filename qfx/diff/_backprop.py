@@ -1,0 +1,52 @@
+"""Backpropagation, the default differentiation method."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from .._kernels import SEQUENTIAL_BYTES, run
+from ._adjoint import adjoint_scalar
+from ._base import AbstractDiffMethod, check_gates_only
+
+# States of at most this many bytes (6 qubits in complex64, 5 in complex128) have a real scalar measurement
+# differentiated by the adjoint walk (see `Backprop`): its program keeps no buffer larger than the state,
+# so XLA's CPU runtime runs it on one thread, where backprop's per-layer checkpoints, `(layers, 2**n)`
+# states, pass `SEQUENTIAL_BYTES` from a few layers on.
+SMALL_STATE_BYTES = SEQUENTIAL_BYTES
+
+
+class Backprop(AbstractDiffMethod):
+    """JAX's own autodiff through the simulation: any order, any transformation. The default.
+
+    Memory grows with depth in reverse mode (JAX keeps the intermediate states). Inside `Repeat` blocks
+    each layer is checkpointed: one state is kept per layer and the layer is recomputed backwards.
+
+    **Small states.** On states of at most 512 bytes (up to 6 qubits in complex64, 5 in complex128), a real
+    measurement with one entry (`qfx.expval` or `qfx.var` of one observable, without shots) of a circuit
+    of gates with real parameters is differentiated by the adjoint walk instead (`qfx.diff.Adjoint`'s),
+    written as a `jax.custom_jvp` whose tangent is `<gradient, tangent>`: the same derivatives, in every
+    mode and at every order (`jax.jvp`, `jax.jacfwd`, `jax.hessian`, `grad` of `grad`, under `vmap`), from
+    a program that keeps no per-layer states. On XLA's CPU runtime that program runs its kernels in order
+    on one thread, where backprop's stacked checkpoints make it schedule them over its thread pool (see
+    `qfx._kernels.SEQUENTIAL_BYTES`): value_and_grad of a 10-layer, 4-qubit circuit ~1.8x faster
+    (`benchmarks/README.md`). Circuits with complex parameters (`QubitUnitary` entries) keep plain
+    backprop, whose derivatives hold also where the matrix has left the unitary group.
+    """
+
+    def __call__(self, measure, circuit, initial_state, args):
+        check_gates_only(circuit.ops, "Backprop")
+        if _walks(measure, circuit, initial_state, args):
+            return adjoint_scalar(measure, circuit, initial_state, args)
+        return measure(run(circuit.ops, initial_state, circuit.num_wires), args)
+
+
+def _walks(measure, circuit, initial_state, args) -> bool:
+    """Whether `Backprop` differentiates this measurement by the adjoint walk (see its docstring)."""
+    if initial_state.size * initial_state.dtype.itemsize > SMALL_STATE_BYTES:
+        return False
+    if not all(eqx.is_inexact_array(x) and not jnp.iscomplexobj(x) for x in jax.tree.leaves(circuit)):
+        return False  # matrix entries (see `Backprop`), or leaves that are not numbers to differentiate
+    if any(eqx.is_array(x) and not eqx.is_inexact_array(x) for x in jax.tree.leaves(args)):
+        return False  # keys (shots) and indices: sampled estimates, not differentiated through the walk
+    out = jax.eval_shape(lambda psi: measure(psi, args), initial_state)
+    return isinstance(out, jax.ShapeDtypeStruct) and out.size == 1 and jnp.issubdtype(out.dtype, jnp.floating)
