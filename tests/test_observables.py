@@ -93,7 +93,7 @@ def test_values_match_kron_matrices(psi):
 def test_small_states_compute_word_weights(monkeypatch):
     """On a 5-qubit state, words whose weight table would pass 512 bytes get their weights computed in the
     program (`_computed_weights`, one call per window here) rather than stored; the values match dense
-    matrices, and the computed weights match the stored ones letter by letter."""
+    matrices, and the computed weights match the stored ones, for these words and for words with X and Y."""
     n = 5
     rng = np.random.default_rng(7)
     words = [{w: "XYZ"[(w + k) % 3] for w in range(n)} for k in range(3)] + [{w: "Z"} for w in range(n)]
@@ -106,7 +106,8 @@ def test_small_states_compute_word_weights(monkeypatch):
     assert calls
     expected = np.real(np.vdot(psi, ref.observable_matrix(obs, n) @ np.asarray(psi)))
     assert float(value) == pytest.approx(expected, abs=1e-5)
-    for group, wires in calls:
+    all_wires = tuple(range(n))
+    for group, wires in calls + [(tuple(qfx.PauliWord(w).word for w in words), all_wires)]:
         stored = np.stack([qfx._kernels._word_weights(word, wires) for word in group])
         np.testing.assert_array_equal(computed(group, wires, jnp.complex64), stored.astype(np.complex64))
 
