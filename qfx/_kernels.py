@@ -795,9 +795,8 @@ def _computed_weights(words: list[Word], wires: tuple[int, ...], dtype) -> Array
     """`_word_weights` of each word, computed in the program from an iota rather than stored: the product
     of the letters' 2-vectors is `(-i)**(number of Y) * (-1)**parity(b & mask)`, `mask` the word's Y and
     Z wires. Used on small states, where a stored `(words, 2**k)` table over `SEQUENTIAL_BYTES` would
-    make XLA run the whole program over its thread pool (the sum of Z on 5 qubits: value_and_grad of
-    HEA(5, 4) with a 16-word Hamiltonian 287 -> 180 us). On larger states the stored table compiled
-    faster."""
+    make XLA run the whole program over its thread pool (5 qubits: value_and_grad of HEA(5, 4) with a
+    16-word Hamiltonian 148 -> 96 us). On larger states the stored table compiled faster."""
     k = len(wires)
     masks, ny = np.zeros(len(words), np.int32), np.zeros(len(words), np.int32)
     for j, word in enumerate(words):

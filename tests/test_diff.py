@@ -92,12 +92,12 @@ def _observables(rng):
     return [h1, qfx.Z(2), qfx.X(0) @ qfx.Y(1)]
 
 
-def _test_circuit(seed: int, n: int = 3) -> qfx.Circuit:
-    """A random circuit of angle gates around a scanned block of two random layers."""
+def _test_circuit(seed: int, n: int = 3, layers: int = 2) -> qfx.Circuit:
+    """A random circuit of angle gates around a scanned block of random layers."""
     rng = np.random.default_rng(seed)
     head = random_circuit(rng, n, 6, ANGLE_GATES)
     layer = random_circuit(rng, n, 3, ANGLE_GATES) + qfx.Circuit([qfx.CRY(rng.uniform(-3, 3), (2, 0))], n)
-    stacked = jax.tree.map(lambda x: jnp.stack([x, x + 0.4]), layer)
+    stacked = jax.tree.map(lambda x: jnp.stack([x + 0.4 * i for i in range(layers)]), layer)
     tail = random_circuit(rng, n, 4, ANGLE_GATES)
     return qfx.Circuit(head.ops + (qfx.Repeat(stacked),) + tail.ops, n)
 
@@ -563,7 +563,7 @@ def test_backprop_walks_small_states(x64, monkeypatch):
     observable with a Hermitian term) match the reference's finite differences, and jvp, jacfwd, hessian,
     grad of grad and vmap(grad) match plain backprop (the same method with the walk switched off)."""
     rng = np.random.default_rng(5)
-    flat = Flat(_test_circuit(seed=3, n=4))
+    flat = Flat(_test_circuit(seed=3, n=4, layers=3))  # 3 stacked states of 256 bytes pass 512
     obs = _observables(rng)[0]
     psi0 = jnp.asarray(random_state(rng, 4))
     theta = jnp.asarray(flat.theta)
@@ -612,35 +612,41 @@ def test_backprop_walks_small_states(x64, monkeypatch):
     assert float(jnp.max(jnp.abs(walked["hessian"]))) > 0.1  # the case is not trivial
 
 
-@pytest.mark.parametrize("case", ["two observables", "7 qubits", "QubitUnitary", "shots"])
-def test_backprop_walks_only_small_scalar_measurements(case, monkeypatch):
-    """Backprop keeps plain autodiff for a measurement with several entries, a state over 512 bytes, a
-    circuit with complex (matrix) parameters, and shot estimates; the result still matches the adjoint's
-    (or, with shots, the exact gradient in the coefficients, in which a shot estimate is linear)."""
+@pytest.mark.parametrize(
+    "case", ["scalar", "two observables", "7 qubits", "8 layers", "QubitUnitary", "shots"]
+)
+def test_backprop_walks_only_where_it_pays(case, monkeypatch):
+    """Of these 10-layer circuits on 3 qubits (64-byte states), Backprop walks the scalar expectation only;
+    it keeps plain autodiff for a measurement with several entries, a state over 512 bytes, a circuit
+    whose layers stack at most 512 bytes of states, one with complex (matrix) parameters, and shot
+    estimates. The gradients still match the adjoint's (with shots: a shot estimate is linear in the
+    coefficients, so they sum to it)."""
     n = 7 if case == "7 qubits" else 3
-    ops = [qfx.RY(0.3 * (i + 1), i) for i in range(n)] + [qfx.CNOT((i, i + 1)) for i in range(n - 1)]
+    thetas = jnp.asarray(np.random.default_rng(6).uniform(-3, 3, (8 if case == "8 layers" else 10, n)))
+    body = qfx.repeat(
+        lambda t: [qfx.RY(t[i], i) for i in range(n)] + [qfx.CNOT((i, i + 1)) for i in range(n - 1)], thetas
+    )
+    ops = [body]
     if case == "QubitUnitary":
         ops.append(qfx.QubitUnitary(random_unitary(np.random.default_rng(6), 4), (0, 2)))
     circ = qfx.Circuit(ops, n)
     coeffs = jnp.asarray([0.5, -1.5], jnp.float32)
-    obs = qfx.LinearCombination(coeffs, [qfx.Z(0), qfx.X(n - 1)])
+    terms = [qfx.Z(0), qfx.X(n - 1)]
 
     def f(c, diff=METHODS["backprop"]):
         if case == "two observables":
-            return jnp.sum(jnp.sin(qfx.expval(c, [qfx.Z(0), qfx.X(n - 1)], diff=diff)))
-        return qfx.expval(c, obs, diff=diff)
+            return jnp.sum(jnp.sin(qfx.expval(c, terms, diff=diff)))
+        return qfx.expval(c, qfx.LinearCombination(coeffs, terms), diff=diff)
 
     calls = _count_walks(monkeypatch)
     if case == "shots":
-        terms = [qfx.Z(0), qfx.X(n - 1)]
         est = lambda cf: qfx.expval(circ, qfx.LinearCombination(cf, terms), shots=10, key=jax.random.key(1))  # noqa: E731
         value, grad = jax.value_and_grad(est)(coeffs)
         assert not calls
-        # A shot estimate is linear in the coefficients: sum_k c_k dE/dc_k = E.
         assert float(jnp.dot(grad, coeffs)) == pytest.approx(float(value), abs=1e-5)
         return
     got = jax.grad(f)(circ)
-    assert not calls
+    assert bool(calls) == (case == "scalar")
     assert tree_allclose(got, jax.grad(lambda c: f(c, qfx.diff.Adjoint()))(circ), rtol=1e-5, atol=1e-5)
 
 

@@ -4,6 +4,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .._circuit import Repeat
 from .._kernels import SEQUENTIAL_BYTES, run
 from ._adjoint import adjoint_scalar
 from ._base import AbstractDiffMethod, check_gates_only
@@ -11,7 +12,7 @@ from ._base import AbstractDiffMethod, check_gates_only
 # States of at most this many bytes (6 qubits in complex64, 5 in complex128) have a real scalar measurement
 # differentiated by the adjoint walk (see `Backprop`): its program keeps no buffer larger than the state,
 # so XLA's CPU runtime runs it on one thread, where backprop's per-layer checkpoints, `(layers, 2**n)`
-# states, pass `SEQUENTIAL_BYTES` from a few layers on.
+# states, pass `SEQUENTIAL_BYTES` from a few layers on. 0 switches the walk off.
 SMALL_STATE_BYTES = SEQUENTIAL_BYTES
 
 
@@ -23,14 +24,17 @@ class Backprop(AbstractDiffMethod):
 
     **Small states.** On states of at most 512 bytes (up to 6 qubits in complex64, 5 in complex128), a real
     measurement with one entry (`qfx.expval` or `qfx.var` of one observable, without shots) of a circuit
-    of gates with real parameters is differentiated by the adjoint walk instead (`qfx.diff.Adjoint`'s),
-    written as a `jax.custom_jvp` whose tangent is `<gradient, tangent>`: the same derivatives, in every
-    mode and at every order (`jax.jvp`, `jax.jacfwd`, `jax.hessian`, `grad` of `grad`, under `vmap`), from
-    a program that keeps no per-layer states. On XLA's CPU runtime that program runs its kernels in order
-    on one thread, where backprop's stacked checkpoints make it schedule them over its thread pool (see
-    `qfx._kernels.SEQUENTIAL_BYTES`): value_and_grad of a 10-layer, 4-qubit circuit ~1.8x faster
-    (`benchmarks/README.md`). Circuits with complex parameters (`QubitUnitary` entries) keep plain
-    backprop, whose derivatives hold also where the matrix has left the unitary group.
+    of gates with real parameters whose `Repeat` blocks would stack more than 512 bytes of per-layer states
+    is differentiated by the adjoint walk instead (`qfx.diff.Adjoint`'s), written as a `jax.custom_jvp`
+    whose tangent is `<gradient, tangent>`: the same derivatives, in every mode and at every order
+    (`jax.jvp`, `jax.jacfwd`, `jax.hessian`, `grad` of `grad`, under `vmap`), from a program that keeps no
+    per-layer states. On XLA's CPU runtime that program runs its kernels in order on one thread, where
+    backprop's stacked checkpoints make it schedule them over its thread pool (see
+    `qfx._kernels.SEQUENTIAL_BYTES`): value_and_grad of a 10-layer, 4-qubit circuit ~1.9x faster
+    (`benchmarks/small_states.py`). Circuits without such blocks keep plain backprop, whose per-gate
+    residuals are small buffers (the walk's longer trace did not pay there), as do circuits with complex
+    parameters (`QubitUnitary` entries), whose derivatives then hold also where the matrix has left the
+    unitary group.
     """
 
     def __call__(self, measure, circuit, initial_state, args):
@@ -42,7 +46,8 @@ class Backprop(AbstractDiffMethod):
 
 def _walks(measure, circuit, initial_state, args) -> bool:
     """Whether `Backprop` differentiates this measurement by the adjoint walk (see its docstring)."""
-    if initial_state.size * initial_state.dtype.itemsize > SMALL_STATE_BYTES:
+    state_bytes = initial_state.size * initial_state.dtype.itemsize
+    if state_bytes > SMALL_STATE_BYTES or not _stacks_over(circuit.ops, SEQUENTIAL_BYTES // state_bytes):
         return False
     if not all(eqx.is_inexact_array(x) and not jnp.iscomplexobj(x) for x in jax.tree.leaves(circuit)):
         return False  # matrix entries (see `Backprop`), or leaves that are not numbers to differentiate
@@ -50,3 +55,10 @@ def _walks(measure, circuit, initial_state, args) -> bool:
         return False  # keys (shots) and indices: sampled estimates, not differentiated through the walk
     out = jax.eval_shape(lambda psi: measure(psi, args), initial_state)
     return isinstance(out, jax.ShapeDtypeStruct) and out.size == 1 and jnp.issubdtype(out.dtype, jnp.floating)
+
+
+def _stacks_over(ops, layers: int) -> bool:
+    """Whether some `Repeat` block of `ops` (nested ones included) has more than `layers` layers."""
+    return any(
+        isinstance(op, Repeat) and (op.length > layers or _stacks_over(op.body.ops, layers)) for op in ops
+    )
