@@ -267,11 +267,9 @@ def test_permutation_runs_match_reference(seed, gathers):
             np.testing.assert_allclose(back, psi, atol=1e-6)
 
 
-@EXACT_METHODS
-def test_permutation_run_gradients_hessian_and_vmap(method, gathers, x64):
-    rng = np.random.default_rng(11)
-    n = 5
-    circ = _permutation_circuit(rng, n, runs=2)
+def _gradient_matches_reference(circ, method):
+    """Checks the gradient of `<Z0 Z3 + X2 / 2>` with `method` against the reference's finite differences
+    and returns the function it differentiated and the observable."""
     obs = qfx.Z(0) @ qfx.Z(3) + 0.5 * qfx.X(2)
 
     def f(c):
@@ -279,6 +277,15 @@ def test_permutation_run_gradients_hessian_and_vmap(method, gathers, x64):
 
     expected = central_difference(lambda c: np.real(ref.expval(c, obs)), circ)
     assert tree_allclose(jax.jit(jax.grad(f))(circ), expected, atol=1e-6)
+    return f, obs
+
+
+@EXACT_METHODS
+def test_permutation_run_gradients_hessian_and_vmap(method, gathers, x64):
+    rng = np.random.default_rng(11)
+    n = 5
+    circ = _permutation_circuit(rng, n, runs=2)
+    f, obs = _gradient_matches_reference(circ, method)
     # Second order through the gather (its transpose is a scatter): the Hessian in the first two angles.
     params, static = eqx.partition(circ, eqx.is_inexact_array)
     leaves, treedef = jax.tree.flatten(params)
@@ -383,13 +390,7 @@ def test_diagonal_run_gradients_and_vmap(method, x64):
     n = 5
     circ = _diagonal_circuit(rng, n)
     assert any(isinstance(op, _fusion.DiagonalGate) for op in _fusion.fuse(circ.ops, n))
-    obs = qfx.Z(0) @ qfx.Z(3) + 0.5 * qfx.X(2)
-
-    def f(c):
-        return qfx.expval(c, obs, diff=method)
-
-    expected = central_difference(lambda c: np.real(ref.expval(c, obs)), circ)
-    assert tree_allclose(jax.jit(jax.grad(f))(circ), expected, atol=1e-6)
+    f, obs = _gradient_matches_reference(circ, method)
     # A batch of circuits, every angle shifted per circuit: each merged diagonal is computed per circuit.
     params, static = eqx.partition(circ, eqx.is_inexact_array)
     shifts = (0.0, 0.3, -0.7)
