@@ -15,7 +15,9 @@ timed by the v+g rows).
 `.backward()` of the same loss written in JAX (its scalar output makes the forward one fused
 value-and-grad; the backward scales the kept gradients); "TorchLayer v+g" computes that loss in torch on a
 `TorchLayer`'s outputs (the forward keeps JAX's VJP residuals, the backward applies them in one more
-compiled call). The best of several alternating rounds is reported.
+compiled call). "JAX split+sync" times those two compiled calls in JAX alone, the host waiting for the
+forward's outputs before the VJP as torch's loss makes it wait: the floor of a TorchLayer training step, whose
+overhead over it is the "v+g vs split" row. The best of several alternating rounds is reported.
 A last table times the bridge's input preparation (a few us of Python) warm and right after a pause or a
 large XLA call, where the same code runs many times slower (see `after_pause_us`): that, more than the
 bridge's own work, is what the overhead at batch 1024 is made of.
@@ -138,13 +140,26 @@ def rows_for_batch(
         layer_req(x_t).pow(2).sum().backward()
         sync()
 
-    jax_us, torch_us, layer_us = best_us(
-        [lambda: jax.block_until_ready(vg_jax(x_j, th_j)), step_torch, step_layer],
+    # The floor of that step in JAX alone: the layer's own two compiled calls (the forward that keeps the
+    # VJP residuals, then the VJP of the loss's cotangent 2 * outputs), with the host waiting for the
+    # outputs before it dispatches the VJP, as it must when torch computes the loss.
+    step_layer()
+    bridge = next(iter(layer_req._fn._entries.values())).bridge
+    keep, pull = bridge.keeping((False, True)), bridge._pull_kept
+
+    def split_synced():
+        outs, kept = keep(x_j, th_j)
+        jax.block_until_ready(pull(kept, 2 * jax.block_until_ready(outs[0])))
+
+    jax_us, torch_us, layer_us, split_us = best_us(
+        [lambda: jax.block_until_ready(vg_jax(x_j, th_j)), step_torch, step_layer, split_synced],
         max(number // 4, 1),
         rounds,
     )
     rows.append(("value+grad", batch, jax_us, torch_us))
     rows.append(("TorchLayer v+g", batch, jax_us, layer_us))
+    rows.append(("  JAX split+sync", batch, jax_us, split_us))
+    rows.append(("  v+g vs split", batch, split_us, layer_us))
     return rows
 
 

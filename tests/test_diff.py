@@ -655,6 +655,45 @@ def test_backprop_walks_only_where_it_pays(case, monkeypatch):
     assert tree_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("case", ["7 layers", "6 layers", "nested 3 x 4", "two observables"])
+def test_backprop_walks_past_its_checkpoint_budget(case, monkeypatch):
+    """On 8 qubits (2 KiB states, too large for the small-state walk), Backprop walks a scalar expectation
+    when its `Repeat` blocks would keep more than `CHECKPOINT_MEMORY_FRACTION` of the device's memory in
+    per-layer states: here a device of 8 x 6 states, so 7 layers walk and 6 do not, and a block of 3
+    layers, each holding a block of 4, counts 3 + 4. A measurement with two entries keeps backprop. The
+    gradients match plain backprop's (the walk switched off by a budget of the whole memory)."""
+    n = 8
+    monkeypatch.setattr(qfx.diff._backprop, "_memory_limit_bytes", lambda: 8 * 6 * 2**n * 8)
+    rng = np.random.default_rng(11)
+
+    def layer(t):
+        return [qfx.RY(t[i], i) for i in range(n)] + [qfx.CNOT((i, i + 1)) for i in range(n - 1)]
+
+    if case == "nested 3 x 4":
+        thetas = jnp.asarray(rng.uniform(-3, 3, (3, 4, n)), jnp.float32)
+        block = qfx.repeat(lambda ts: [qfx.repeat(layer, ts)], thetas, num_wires=n)
+    else:
+        thetas = jnp.asarray(rng.uniform(-3, 3, (6 if case == "6 layers" else 7, n)), jnp.float32)
+        block = qfx.repeat(layer, thetas)
+    circ = qfx.Circuit([block], n)
+    obs = [qfx.Z(0) @ qfx.Z(n - 1), qfx.X(3)]
+
+    def f(c):
+        if case == "two observables":
+            return jnp.sum(jnp.cos(qfx.expval(c, obs)))
+        return qfx.expval(c, 0.7 * obs[0] - 0.4 * obs[1])
+
+    calls = _count_walks(monkeypatch)
+    got = jax.jit(jax.grad(f))(circ)
+    assert bool(calls) == (case in ("7 layers", "nested 3 x 4"))
+    monkeypatch.setattr(qfx.diff._backprop, "CHECKPOINT_MEMORY_FRACTION", 1.0)
+    count = len(calls)
+    expected = jax.jit(jax.grad(f))(circ)
+    assert len(calls) == count
+    assert tree_allclose(got, expected, rtol=1e-4, atol=1e-5)
+    assert max(float(jnp.max(jnp.abs(g))) for g in jax.tree.leaves(got)) > 0.01  # not a trivial case
+
+
 @pytest.mark.parametrize("method", ["parameter_shift", "finite_diff"])
 def test_shift_rule_ran(method, monkeypatch):
     module = {"parameter_shift": _parameter_shift, "finite_diff": _finite_diff}[method]

@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 
 from .._circuit import Repeat
-from .._kernels import SEQUENTIAL_BYTES, run
+from .._kernels import SEQUENTIAL_BYTES, _memory_limit_bytes, run
 from ._adjoint import adjoint_scalar
 from ._base import AbstractDiffMethod, check_gates_only
 
@@ -14,6 +14,11 @@ from ._base import AbstractDiffMethod, check_gates_only
 # so XLA's CPU runtime runs it on one thread, where backprop's per-layer checkpoints, `(layers, 2**n)`
 # states, pass `SEQUENTIAL_BYTES` from a few layers on. 0 switches the walk off.
 SMALL_STATE_BYTES = SEQUENTIAL_BYTES
+
+# A real scalar measurement whose `Repeat` blocks would keep per-layer states taking more than this
+# fraction of the device's memory is differentiated by the adjoint walk too, at any state size (see
+# `Backprop`): the walk holds a few states whatever the depth, where backprop's checkpoints grow with it.
+CHECKPOINT_MEMORY_FRACTION = 1 / 8
 
 
 class Backprop(AbstractDiffMethod):
@@ -35,6 +40,13 @@ class Backprop(AbstractDiffMethod):
     residuals are small buffers (the walk's longer trace did not pay there), as do circuits with complex
     parameters (`QubitUnitary` entries), whose derivatives then hold also where the matrix has left the
     unitary group.
+
+    **Deep circuits on large states.** The same measurements are walked on a state of any size when the
+    per-layer states its `Repeat` blocks would keep (one per layer, nested blocks' layers added) take
+    more than an eighth of the device's memory (`CHECKPOINT_MEMORY_FRACTION`; in complex64 on a 24 GiB
+    machine, more than 24 layers of 24 qubits or 384 of 20): the walk keeps a few states whatever
+    the depth, where those checkpoints would grow with it until the program runs out of memory. Other
+    measurements keep backprop; for them, `qfx.diff.Adjoint` is the method whose memory stays flat.
     """
 
     def __call__(self, measure, circuit, initial_state, args):
@@ -47,7 +59,9 @@ class Backprop(AbstractDiffMethod):
 def _walks(measure, circuit, initial_state, args) -> bool:
     """Whether `Backprop` differentiates this measurement by the adjoint walk (see its docstring)."""
     state_bytes = initial_state.size * initial_state.dtype.itemsize
-    if state_bytes > SMALL_STATE_BYTES or not _stacks_over(circuit.ops, SEQUENTIAL_BYTES // state_bytes):
+    small = state_bytes <= SMALL_STATE_BYTES and _stacks_over(circuit.ops, SEQUENTIAL_BYTES // state_bytes)
+    deep = _kept_layers(circuit.ops) * state_bytes > CHECKPOINT_MEMORY_FRACTION * _memory_limit_bytes()
+    if not (small or deep):
         return False
     if not all(eqx.is_inexact_array(x) and not jnp.iscomplexobj(x) for x in jax.tree.leaves(circuit)):
         return False  # matrix entries (see `Backprop`), or leaves that are not numbers to differentiate
@@ -62,3 +76,10 @@ def _stacks_over(ops, layers: int) -> bool:
     return any(
         isinstance(op, Repeat) and (op.length > layers or _stacks_over(op.body.ops, layers)) for op in ops
     )
+
+
+def _kept_layers(ops) -> int:
+    """How many per-layer states backprop keeps at most for `ops`: each `Repeat` block keeps one per layer
+    for the reverse pass, and while one of its layers is differentiated, that layer's own blocks keep
+    theirs (an upper bound: siblings' inner blocks are counted together)."""
+    return sum(op.length + _kept_layers(op.body.ops) for op in ops if isinstance(op, Repeat))
