@@ -53,6 +53,13 @@ LIBRARIES = {
         {"diff": "adjoint"},
         True,
     ),
+    "qfx-lean": (
+        "qfx (jax.jit without XLA's CPU fusion emitters, diff=qfx.diff.Adjoint())",
+        "worker_qfx.py",
+        "qfx",
+        {"diff": "adjoint", "emitters": False},
+        True,
+    ),
     "pennylane": (
         "PennyLane default.qubit (jax.jit, backprop)",
         "worker_pennylane.py",

@@ -2,7 +2,8 @@
 
 Runs in qfx's own environment (the interpreter that runs run.py). Batches: `eqx.filter_vmap(hea)` builds a
 batch of circuits from stacked parameters and `jax.vmap` evaluates it. complex64. The job's "diff" key
-("adjoint") picks `diff=qfx.diff.Adjoint()` instead of the default (backprop).
+("adjoint") picks `diff=qfx.diff.Adjoint()` instead of the default (backprop); its "emitters" key (false)
+compiles with XLA's CPU fusion emitters off.
 """
 
 import json
@@ -25,8 +26,16 @@ from hea import hea, make  # noqa: E402  (benchmarks/hea.py)
 
 import qfx  # noqa: E402
 
-DIFF = json.loads(sys.argv[1]).get("diff") if len(sys.argv) > 1 else None
+JOB = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+DIFF = JOB.get("diff")
 METHODS = {None: None, "adjoint": qfx.diff.Adjoint()}
+# "emitters": false compiles with XLA's CPU fusion emitters off, a per-function compiler option a user
+# passes to jax.jit (less compiler memory and time, slower kernels; benchmarks/compile_options.py).
+OPTIONS = None if JOB.get("emitters", True) else {"xla_cpu_use_fusion_emitters": False}
+
+
+def jit(fn):
+    return jax.jit(fn, compiler_options=OPTIONS)
 
 
 def circuit_grad_to_theta(grad_circuit, n: int, L: int) -> np.ndarray:
@@ -50,7 +59,7 @@ def build(workload, n, L, batch):
         params = circuit_grad_to_theta(circuit, n, L)
         if not np.array_equal(params, common.theta(n, L)):
             raise RuntimeError("benchmarks/hea.py's parameters differ from common.theta")
-        fn = jax.jit(jax.value_and_grad(cost))
+        fn = jit(jax.value_and_grad(cost))
 
         def to_numpy(out):
             value, grad = out
@@ -67,10 +76,10 @@ def build(workload, n, L, batch):
     stacked = common.thetas(batch, n, L)
     circuits = eqx.filter_vmap(hea)(stacked)
     if workload == "batch_fwd":
-        fn = jax.jit(jax.vmap(cost))
+        fn = jit(jax.vmap(cost))
         return fn, circuits, sync, lambda out: (np.asarray(out), None)
     if workload == "batch_vg":
-        fn = jax.jit(jax.vmap(jax.value_and_grad(cost)))
+        fn = jit(jax.vmap(jax.value_and_grad(cost)))
         return fn, circuits, sync, lambda out: (np.asarray(out[0]), circuit_grad_to_theta(out[1], n, L))
     raise ValueError(workload)
 
@@ -79,7 +88,8 @@ if __name__ == "__main__":
     common.run_worker(
         build,
         library="qfx",
-        method="jit, diff=Adjoint()" if DIFF == "adjoint" else "jit, default diff",
+        method=("jit, diff=Adjoint()" if DIFF == "adjoint" else "jit, default diff")
+        + ("" if OPTIONS is None else ", fusion emitters off"),
         versions={"qfx": qfx.__version__, "jax": jax.__version__, "equinox": eqx.__version__},
         notes="complex64",
     )
