@@ -142,11 +142,23 @@ def is_key(x) -> bool:
     return dtype is not None and (jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key) or dtype == np.uint32)
 
 
+@functools.cache
+def _raw_key_shape(impl: str) -> tuple[int, ...]:
+    """The shape of a raw uint32 key of JAX's default PRNG implementation `impl` ((2,) for threefry)."""
+    return jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0))).shape
+
+
 def check_key(key, what: str) -> None:
     """A TypeError naming `what` unless `key` is a JAX PRNG key: a typed key (`jax.random.key`) or a raw
     uint32 one (`jax.random.PRNGKey`); JAX's own error would name neither the function nor the argument."""
     if not is_key(key):
         raise TypeError(f"{what}: key must be a PRNG key such as jax.random.key(0), got {key!r}.")
+    if key.dtype == np.uint32 and np.shape(key)[-1:] != _raw_key_shape(jax.config.jax_default_prng_impl):
+        raise TypeError(
+            f"{what}: key must be a PRNG key such as jax.random.key(0); a raw uint32 key "
+            f"(jax.random.PRNGKey) has shape {_raw_key_shape(jax.config.jax_default_prng_impl)}, got a "
+            f"uint32 array of shape {np.shape(key)}."
+        )
     if np.ndim(key) != (1 if key.dtype == np.uint32 else 0):
         raise ValueError(
             f"{what}: key must be one PRNG key, got a batch of shape {np.shape(key)}; for many draws map the "

@@ -463,6 +463,20 @@ CASES = [
         r"qfx.sample: key must be one PRNG key, got a batch of shape \(4,\); .* jax.vmap",
     ),
     (
+        "key_raw_wrong_size",
+        lambda: qfx.sample(C2, shots=3, key=jnp.zeros(3, jnp.uint32)),
+        TypeError,
+        re.escape("qfx.sample: key must be a PRNG key such as jax.random.key(0); a raw uint32 key")
+        + r".*"
+        + re.escape("has shape (2,), got a uint32 array of shape (3,)."),
+    ),
+    (
+        "key_raw_scalar",
+        lambda: qfx.sample(C2, shots=3, key=jnp.uint32(5)),
+        TypeError,
+        re.escape("got a uint32 array of shape ()."),
+    ),
+    (
         "key_float_sampled_mcm",
         lambda: qfx.probs(qfx.Circuit([qfx.measure(0)]), mcm="sampled", key=jnp.zeros(2)),
         TypeError,

@@ -367,6 +367,21 @@ def test_shot_expval_within_five_sigma():
     assert float(estimate_fn(circ, obs, shots=shots, key=jax.random.key(6))) != estimate
 
 
+@pytest.mark.parametrize("shots", [10**9, 2**31 - 1])
+def test_shot_estimates_keep_their_spread_at_a_billion_shots(shots):
+    """Over 2000 keys, the estimates of <Z> and <X> of RY(1)|0> at 10**9 and 2**31 - 1 shots spread as the
+    binomial standard error sqrt((1 - <P>**2) / shots) says (float32: JAX's binomial drew 1.5x too wide
+    there) and center on the exact values."""
+    circ = qfx.Circuit([qfx.RY(1.0, 0)])
+    keys = jax.random.split(jax.random.key(0), 2000)
+    est = jax.jit(jax.vmap(lambda k: qfx.expval(circ, [qfx.Z(0), qfx.X(0)], shots=shots, key=k)))(keys)
+    est = np.asarray(est, np.float64)
+    for column, exact in zip(est.T, (np.cos(1.0), np.sin(1.0)), strict=True):
+        sd = np.sqrt((1 - exact**2) / shots)
+        assert 0.93 < column.std() / sd < 1.07  # the ratio's own standard error is ~0.016
+        assert abs(column.mean() - exact) < 5 * sd / np.sqrt(len(column))
+
+
 def test_backprop_through_shots_raises():
     circ = qfx.Circuit([qfx.RY(0.3, wires=0)])
     with pytest.raises(ValueError, match="cannot be differentiated"):
