@@ -42,6 +42,7 @@ import threading
 from typing import Any
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -441,6 +442,26 @@ def _kept_pullback(kept: _Kept):
     return jax.tree.unflatten(treedef, leaves)
 
 
+def _linear_in_cotangent(pullback) -> bool:
+    """Whether a `jax.vjp` pullback is certainly linear in its cotangent: its linear program (a jaxpr the
+    pullback holds; a private structure of JAX's) has no `custom_vjp` backward (`custom_lin`), which may
+    be non-linear (JAX's own gradient-clipping example is). False when that program cannot be found."""
+    programs = [
+        a.jaxpr if isinstance(a, jax.extend.core.ClosedJaxpr) else a
+        for a in getattr(getattr(pullback, "fun", None), "args", ())
+        if isinstance(a, (jax.extend.core.Jaxpr, jax.extend.core.ClosedJaxpr))
+    ]
+
+    def custom(jaxpr) -> bool:
+        return any(
+            eqn.primitive.name == "custom_lin"
+            or any(custom(sub) for sub in jax.extend.core.jaxprs_in_params(eqn.params))
+            for eqn in jaxpr.eqns
+        )
+
+    return bool(programs) and not any(custom(j) for j in programs)
+
+
 def _pull_kept(kept: _Kept, *cts) -> tuple:
     """The backward of a forward that kept its VJP residuals (torch's convention, as `_pull`)."""
     _, _, _, out_diff, out_avals = kept.how
@@ -473,8 +494,9 @@ class Bridge:
 
     **Forward and backward.** When torch records a graph (grad mode on, some input requires grad, outside
     `torch.func`), the forward runs one compiled `jax.vjp` and keeps, as JAX arrays on the autograd node,
-    either the gradients themselves (a single real scalar output: the forward is then one fused
-    value-and-grad, and the backward scales them by the output's cotangent) or JAX's VJP residuals, the small
+    either the gradients themselves (a single real scalar output of a function without a `jax.custom_vjp`:
+    the forward is then one fused value-and-grad, and the backward scales them by the output's cotangent,
+    exact for a VJP linear in it) or JAX's VJP residuals, the small
     ones packed into one buffer per dtype; a first-order backward applies them in one more compiled call,
     without running the forward again. A backward under `create_graph=True` (and any backward inside
     `torch.func`) instead calls the VJP bridge, which re-runs the forward inside one compiled call: a function
@@ -579,12 +601,15 @@ class Bridge:
                     and jnp.issubdtype(diff[0].dtype, jnp.floating)
                     and jnp.finfo(diff[0].dtype).bits >= 32
                     and all(jnp.finfo(w.dtype).bits >= 32 for w in wrt)
+                    and _linear_in_cotangent(pullback)
                 ):
                     # A scalar loss (of any shape with one entry): its VJP is linear in the one real
                     # cotangent, so compute the gradients now, fused with the forward, and let the backward
                     # scale them. Not when the loss or an input is float16 or bfloat16: a gradient for a unit
                     # cotangent can underflow or overflow there where the one for the real cotangent (a loss
                     # scale) does not, and torch would multiply it by the cotangent in that low precision.
+                    # Nor when the function has a `jax.custom_vjp`, whose backward JAX lets be non-linear
+                    # in its cotangent (gradient clipping): then the backward applies the real one.
                     seed = jnp.ones(diff[0].shape, diff[0].dtype)
                     grads = _pull(pullback, out_diff, out_avals, (seed,))
                     return outs, _Kept(grads, ("grads",))

@@ -285,7 +285,8 @@ def to_torch(fn: Callable, *, jit: bool = True) -> Callable:
     `torch.func.vmap` (one `jax.vmap`ped call), `jacrev`, `jacfwd` and `hessian` work.
 
     When torch records a graph, the forward is one compiled `jax.vjp` that keeps JAX's residuals (for a
-    scalar output: the gradients, computed with the value), and a first-order `.backward()` applies them
+    scalar output: the gradients, computed with the value, unless `fn` has a `jax.custom_vjp`, whose
+    backward may be non-linear in its cotangent), and a first-order `.backward()` applies them
     without running `fn` again. Under `create_graph=True` the backward instead re-runs `fn` inside the
     compiled VJP, a function of the torch inputs that torch can differentiate again. (So a forward with
     grad enabled costs more than one under `torch.no_grad()`: evaluate under `no_grad`.)

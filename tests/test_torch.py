@@ -429,6 +429,36 @@ def test_kept_residuals_large_and_small():
     assert tree_allclose((_np(theta.grad), _np(xs.grad)), expected, rtol=1e-4, atol=1e-5)
 
 
+def test_custom_vjp_backward_gets_the_real_cotangent():
+    """The backward of a scalar loss scales the gradients its forward computed for a unit cotangent only
+    when the VJP is JAX's own, linear in the cotangent. A `jax.custom_vjp` may not be (JAX's gradient
+    clipping example: the cotangent clipped to [-1, 1]): its backward gets torch's real cotangent, 5 here,
+    as `jax.vjp` does; a loss without one keeps the fused path."""
+
+    @jax.custom_vjp
+    def clip_gradient(x):
+        return x
+
+    clip_gradient.defvjp(lambda x: (x, None), lambda _, g: (jnp.clip(g, -1.0, 1.0),))
+
+    def clipped(x):
+        return clip_gradient(jnp.sum(jnp.sin(x)))
+
+    def plain(x):
+        return jnp.sum(jnp.sin(x))
+
+    x0 = np.array([0.1, 0.2, 0.3], np.float32)
+    for fn, fused in ((clipped, False), (plain, True)):
+        f = qt.to_torch(fn)
+        x = torch.tensor(x0, requires_grad=True)
+        (5.0 * f(x)).backward()
+        (expected,) = jax.vjp(fn, jnp.asarray(x0))[1](jnp.float32(5.0))
+        np.testing.assert_allclose(_np(x.grad), np.asarray(expected), rtol=1e-6)
+        kept = next(iter(f._entries.values())).bridge.keeping((True,))(jnp.asarray(x0))[1]
+        assert (kept.how[0] == "grads") == fused
+    np.testing.assert_allclose(np.asarray(jax.grad(lambda x: 5.0 * clipped(x))(x0)), np.cos(x0), rtol=1e-6)
+
+
 def test_jit_false_runs_untraced():
     f = qt.to_torch(lambda x: jnp.asarray(np.sin(np.asarray(x))), jit=False)
     x = torch.tensor([0.1, 0.2])
