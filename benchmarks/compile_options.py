@@ -18,6 +18,8 @@ import statistics
 import subprocess
 import sys
 
+from machine import cpu_name  # benchmarks/machine.py
+
 CHILD = """
 import json, resource, sys, time
 sys.path.insert(0, {here!r})
@@ -57,7 +59,10 @@ def main():
     parser.add_argument("--layers", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3, help="fresh processes per configuration")
     args = parser.parse_args()
-    print(f"HEA(n, L = {args.layers}) jit(value_and_grad); medians of {args.rounds} fresh processes per cell")
+    print(
+        f"HEA(n, L = {args.layers}) jit(value_and_grad) on {cpu_name()}; medians of {args.rounds} fresh "
+        "processes per cell"
+    )
     print("| n | first call: default / emitters off | steady: default / off | peak RSS: default / off |")
     print("|---:|---:|---:|---:|")
     for n in (int(w) for w in args.widths.split(",")):

@@ -45,7 +45,8 @@ class Backprop(AbstractDiffMethod):
     per-layer states its `Repeat` blocks would keep (one per layer, nested blocks' layers added) take
     more than an eighth of the device's memory (`CHECKPOINT_MEMORY_FRACTION`; in complex64 on a 24 GiB
     machine, more than 24 layers of 24 qubits or 384 of 20): the walk keeps a few states whatever
-    the depth, where those checkpoints would grow with it until the program runs out of memory. Other
+    the depth, where those checkpoints would grow with it until the program runs out of memory. The
+    budget is per circuit: under `jax.vmap` a batch keeps as many times more, which is not seen here. Other
     measurements keep backprop; for them, `qfx.diff.Adjoint` is the method whose memory stays flat.
     """
 
