@@ -114,6 +114,8 @@ def as_numeric(value, what: str, *, inexact: bool = False) -> Array:
         raise TypeError(f"{what} must be a number or an array of numbers, got {value!r}.") from e
     if not (jnp.issubdtype(array.dtype, jnp.number) or array.dtype == jnp.bool_):
         raise TypeError(f"{what} must be a number or an array of numbers, got dtype {array.dtype}.")
+    if inexact and not jnp.issubdtype(array.dtype, jnp.inexact):  # a JAX integer array, as host ones above
+        array = as_dtype(array, real_dtype())
     return array
 
 

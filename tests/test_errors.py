@@ -670,3 +670,19 @@ def test_constants_built_inside_jit_are_checked_when_traced():
         jax.jit(lambda: qfx.state(C2, initial_state=np.array([1.0, 1.0, 0, 0])))()
     with pytest.raises(ValueError, match=re.escape("qfx.amplitude: bits must be 0 or 1, got [0, 2]")):
         jax.jit(lambda: qfx.amplitude(C2, np.array([0, 2], np.int8)))()
+
+
+def test_integer_jax_arrays_are_taken_as_numpy_ones_are():
+    """An integer JAX array as an initial state or a QubitUnitary's matrix gives what the same NumPy
+    integers give (it reached `jnp.finfo` of an integer dtype, whose error named neither)."""
+    circ = qfx.Circuit([qfx.H(0), qfx.CNOT((0, 1))])
+    basis = [0, 1, 0, 0]
+    expected = qfx.state(circ, initial_state=np.asarray(basis))
+    np.testing.assert_allclose(np.asarray(expected), [0, 2**-0.5, 2**-0.5, 0], atol=1e-6)
+    for given in (jnp.asarray(basis), jnp.asarray(basis, jnp.int8)):
+        np.testing.assert_allclose(qfx.state(circ, initial_state=given), expected, atol=1e-7)
+        np.testing.assert_allclose(
+            jax.jit(lambda s: qfx.state(circ, initial_state=s))(given), expected, atol=1e-7
+        )
+    u = qfx.QubitUnitary(jnp.asarray([[0, 1], [1, 0]], jnp.int32), 0)
+    np.testing.assert_allclose(qfx.state(qfx.Circuit([u])), [0, 1], atol=1e-7)
