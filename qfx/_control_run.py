@@ -232,11 +232,11 @@ class _Sampled:
         p = K.marginal_probs(psi, (op.wire,), self.n)
         key, sub = jax.random.split(key)
         if op.postselect is None:
-            # Drawn from the ratio p1 / (p0 + p1), as `K.sample_indices` draws: the state's norm may be
-            # below 1 (float32 drift over thousands of gates, or an initial state within its tolerance),
-            # and `u < p1` would then draw an outcome of probability 0, whose collapse divides by 0.
+            # Drawn as `K.sample_indices` draws, from p1 / (p0 + p1): the state's norm may be below 1
+            # (float32 drift over thousands of gates, or an initial state within its tolerance), and
+            # `u < p1` would then draw an outcome of probability 0, whose collapse divides by 0.
             p0, p1 = jax.lax.stop_gradient(p[0]), jax.lax.stop_gradient(p[1])
-            b = (jax.random.uniform(sub, (), real_dtype()) * (p0 + p1) < p1).astype(jnp.int32)
+            b = K.draw_one(jax.random.uniform(sub, (), real_dtype()), p0, p1).astype(jnp.int32)
         else:
             b = jnp.asarray(op.postselect, jnp.int32)
         pb = p[b]  # not 1 - p1: that loses a small probability to the rounding of p1 near 1

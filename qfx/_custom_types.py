@@ -155,11 +155,11 @@ def check_key(key, what: str) -> None:
     uint32 one (`jax.random.PRNGKey`); JAX's own error would name neither the function nor the argument."""
     if not is_key(key):
         raise TypeError(f"{what}: key must be a PRNG key such as jax.random.key(0), got {key!r}.")
-    if key.dtype == np.uint32 and np.shape(key)[-1:] != _raw_key_shape(jax.config.jax_default_prng_impl):
+    raw = _raw_key_shape(jax.config.jax_default_prng_impl) if key.dtype == np.uint32 else None
+    if raw is not None and np.shape(key)[-1:] != raw:
         raise TypeError(
             f"{what}: key must be a PRNG key such as jax.random.key(0); a raw uint32 key "
-            f"(jax.random.PRNGKey) has shape {_raw_key_shape(jax.config.jax_default_prng_impl)}, got a "
-            f"uint32 array of shape {np.shape(key)}."
+            f"(jax.random.PRNGKey) has shape {raw}, got a uint32 array of shape {np.shape(key)}."
         )
     if np.ndim(key) != (1 if key.dtype == np.uint32 else 0):
         raise ValueError(

@@ -1005,7 +1005,12 @@ def sample_indices(key, p: Array, shots: int) -> Array:
     for j, level in enumerate(reversed(levels)):
         pairs = level.reshape(-1, 2)
         c0, c1 = pairs[index, 0], pairs[index, 1]
-        u = jax.random.uniform(keys[j], (shots,), p.dtype)
-        one = (c1 > 0) & ((c0 <= 0) | (u * (c0 + c1) >= c0))
+        one = draw_one(jax.random.uniform(keys[j], (shots,), p.dtype), c0, c1)
         index = 2 * index + one.astype(jnp.int32)
     return index
+
+
+def draw_one(u: Array, c0: Array, c1: Array) -> Array:
+    """Whether a uniform `u` in [0, 1) draws the second of two masses `c0`, `c1`: with probability
+    `c1 / (c0 + c1)`, so they need not sum to 1 (a state's norm drifts), and never a side of zero mass."""
+    return (c1 > 0) & ((c0 <= 0) | (u * (c0 + c1) >= c0))
