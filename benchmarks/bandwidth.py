@@ -2,9 +2,9 @@
 
 A gate is at best one pass over the state: read 2**n amplitudes and write 2**n. The floor is the jitted
 `state * a` for a complex scalar argument `a` (one read, one write, nothing to fold away). Each gate is
-applied under `jax.jit` by the kernel every circuit uses (`qfx._kernels.apply_gate`, which dispatches on
-the gate's structure: dense, diagonal, permutation, controlled), so this is the pass a circuit pays per
-gate that fusion leaves alone. Effective bandwidth = 2 * 2**n * 8 bytes (complex64) / time.
+applied under `jax.jit` by the kernel every circuit uses (`qfx._statevector._kernels.apply_gate`, which
+dispatches on the gate's structure: dense, diagonal, permutation, controlled), so this is the pass a
+circuit pays per gate that fusion leaves alone. Effective bandwidth = 2 * 2**n * 8 bytes (complex64) / time.
 
 Prints one table: median time per call over alternating rounds (all programs compiled first), effective
 bandwidth, and the ratio to the copy (issue 4's target: within 2x).
@@ -24,7 +24,7 @@ from machine import cpu_name  # benchmarks/machine.py
 import numpy as np
 
 import qfx
-from qfx import _kernels as K
+from qfx._statevector import _kernels as K
 
 
 def gates(n: int, rng) -> list[tuple[str, qfx.AbstractGate]]:

@@ -3,7 +3,7 @@
 HEA(n, L = 4) as in `hea.py`, measured on a random Pauli sum of T distinct words, each on 1 to 4 random
 wires with random X / Y / Z letters and a normal coefficient (fixed seed). Prints, for each (n, T), the
 first call of `jax.jit(jax.value_and_grad(cost))` (trace + compile + one run) and the median steady-state
-time, for the two ways `qfx/_kernels.py: pauli_expvals` evaluates words:
+time, for the two ways `qfx/_statevector/_reductions.py: pauli_expvals` evaluates words:
 
 - `scan`: one word per step of a `lax.scan` (qfx's choice above `SCAN_MIN_PASSES` passes);
 - `windows`: shared marginals per group of words flipping the same wires, unrolled (forced here by
@@ -25,7 +25,7 @@ from machine import cpu_name  # benchmarks/machine.py
 import numpy as np
 
 import qfx
-from qfx import _kernels
+from qfx._statevector import _reductions
 
 
 def pauli_sum(n: int, terms: int, seed: int = 0) -> qfx.LinearCombination:
@@ -74,10 +74,10 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--time-cap", type=float, default=120.0, help="seconds per first call of 'windows'")
     args = parser.parse_args()
-    print(f"jax {jax.__version__}, {cpu_name()}, SCAN_MIN_PASSES = {_kernels.SCAN_MIN_PASSES}\n")
+    print(f"jax {jax.__version__}, {cpu_name()}, SCAN_MIN_PASSES = {_reductions.SCAN_MIN_PASSES}\n")
     print("| n | words | method | first call (s) | value_and_grad (ms) | value |")
     print("|---:|---:|---|---:|---:|---:|")
-    default = _kernels.SCAN_MIN_PASSES
+    default = _reductions.SCAN_MIN_PASSES
     for n in args.sizes:
         too_slow = False
         for terms in args.terms:
@@ -87,14 +87,14 @@ def main():
                         f"| {n} | {terms} | {method} | skipped (a smaller T took > {args.time_cap:g} s) | | |"
                     )
                     continue
-                _kernels.SCAN_MIN_PASSES = 0 if method == "scan" else 10**9
+                _reductions.SCAN_MIN_PASSES = 0 if method == "scan" else 10**9
                 first, steady, value = measure(n, terms, args.repeats)
                 too_slow = too_slow or (method == "windows" and first > args.time_cap)
                 print(
                     f"| {n} | {terms} | {method} | {first:.2f} | {steady * 1e3:.1f} | {value:.6f} |",
                     flush=True,
                 )
-    _kernels.SCAN_MIN_PASSES = default
+    _reductions.SCAN_MIN_PASSES = default
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
-"""Benchmark: value_and_grad of small circuits, with and without Backprop's adjoint walk on small states.
+"""Benchmark: value_and_grad of small circuits, with and without the default's adjoint walk on small states.
 
-On states of at most 512 bytes (`qfx._kernels.SEQUENTIAL_BYTES`), `qfx.diff.Backprop` differentiates a
-scalar expectation by the adjoint walk, whose program XLA's CPU runtime runs kernel after kernel on one
+On states of at most 512 bytes (`qfx._memory.SEQUENTIAL_BYTES`), `qfx.diff.Auto` (the default) differentiates
+a scalar expectation by the adjoint walk, whose program XLA's CPU runtime runs kernel after kernel on one
 thread; plain backprop stacks one state per layer, and past 512 bytes of them the runtime schedules every
 kernel over its thread pool. This script times both in one process (the walk switched off by setting
-`qfx.diff._backprop.SMALL_STATE_BYTES = 0` while tracing), on HEA(n, L) (`hea.py`) with the cost
-sum_i <Z_i>, alternating the programs round by round.
+`qfx.diff._auto.SMALL_STATE_BYTES = 0` while tracing), on HEA(n, L) (`hea.py`) with the cost sum_i <Z_i>,
+alternating the programs round by round.
 
 Prints one markdown table: per n, the first call (trace + compile + one run) and the median over rounds of
 each round's fastest call, for plain backprop and the walk, and their ratio.
@@ -22,7 +22,7 @@ import time
 from hea import make  # benchmarks/hea.py
 import jax
 
-from qfx.diff import _backprop
+from qfx.diff import _auto
 
 
 def main():
@@ -34,19 +34,19 @@ def main():
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--calls", type=int, default=30, help="calls per round (the fastest one counts)")
     args = parser.parse_args()
-    walk_bytes = _backprop.SMALL_STATE_BYTES
+    walk_bytes = _auto.SMALL_STATE_BYTES
     configs = [(int(n), int(L)) for n in args.widths.split(",") for L in args.layers.split(",")]
     fns, first = {}, {}
     for n, L in configs:
         for name, limit in (("plain", 0), ("walk", walk_bytes)):
-            _backprop.SMALL_STATE_BYTES = limit  # read while tracing, below
+            _auto.SMALL_STATE_BYTES = limit  # read while tracing, below
             circuit, cost = make(n, L)
             fn = jax.jit(jax.value_and_grad(cost))
             start = time.perf_counter()
             jax.block_until_ready(fn(circuit))
             first[n, L, name] = time.perf_counter() - start
             fns[n, L, name] = (fn, circuit)
-    _backprop.SMALL_STATE_BYTES = walk_bytes
+    _auto.SMALL_STATE_BYTES = walk_bytes
     best = {key: [] for key in fns}
     for _ in range(args.rounds):
         for key, (fn, circuit) in fns.items():

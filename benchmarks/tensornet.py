@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import qfx
-from qfx import _tensornet
+from qfx._tensornet import _network, _operands
 
 
 def brickwall(n: int, depth: int, thetas) -> qfx.Circuit:
@@ -47,12 +47,12 @@ def brickwall(n: int, depth: int, thetas) -> qfx.Circuit:
 
 def networks(circ: qfx.Circuit, obs, optimize) -> tuple[int, int, float, float]:
     """Tensors, largest intermediate, flops (summed over terms) and the path-finding time, cold."""
-    _tensornet.clear_cache()
-    skeleton = _tensornet._skeleton(circ.ops)
+    _network.clear_cache()
+    skeleton = _operands._skeleton(circ.ops)
     start = time.perf_counter()
-    nets = [_tensornet._expval_network(skeleton, ("pauli", t.word), optimize) for t in obs.terms]
+    nets = [_network._expval_network(skeleton, ("pauli", t.word), optimize) for t in obs.terms]
     seconds = time.perf_counter() - start
-    _tensornet.clear_cache()
+    _network.clear_cache()
     return sum(len(x.inputs) for x in nets), max(x.largest for x in nets), sum(x.flops for x in nets), seconds
 
 
@@ -99,7 +99,7 @@ def main():
             tensors, largest, flops, path_seconds = networks(circ, lc, args.optimize)
             for contractor in args.contractors:
                 tn = qfx.TensorNetwork(optimize=args.optimize, contractor=contractor)
-                _tensornet.clear_cache()
+                _network.clear_cache()
                 jax.clear_caches()
 
                 def cost(c, obs=obs, tn=tn):

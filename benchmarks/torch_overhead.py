@@ -34,8 +34,8 @@ import numpy as np
 import torch
 
 import qfx
-import qfx._torch_bridge as bridge
 import qfx.torch
+import qfx.torch._bridge as bridge
 
 N_WIRES = 4
 

@@ -1,7 +1,7 @@
 """qfx: quantum circuits as Equinox pytrees, simulated and differentiated in pure JAX."""
 
 from . import diff as diff
-from ._autograph import autograph as autograph
+from ._backend import AbstractBackend as AbstractBackend
 from ._circuit import Circuit as Circuit, Repeat as Repeat, draw as draw, repeat as repeat
 from ._control import (
     Cond as Cond,
@@ -9,17 +9,12 @@ from ._control import (
     MeasurementValue as MeasurementValue,
     MidMeasure as MidMeasure,
     WhileLoop as WhileLoop,
+    autograph as autograph,
     cond as cond,
     for_loop as for_loop,
     measure as measure,
     switch as switch,
     while_loop as while_loop,
-)
-from ._control_run import (
-    apply as apply,
-    measure_state as measure_state,
-    outcome_probs as outcome_probs,
-    zero_state as zero_state,
 )
 from ._gates import (
     CNOT as CNOT,
@@ -69,6 +64,7 @@ from ._gates import (
     Z as Z,
 )
 from ._measure import (
+    amplitude as amplitude,
     density_matrix as density_matrix,
     expval as expval,
     probs as probs,
@@ -82,7 +78,14 @@ from ._observables import (
     LinearCombination as LinearCombination,
     PauliWord as PauliWord,
 )
+from ._statevector import (
+    StateVector as StateVector,
+    apply as apply,
+    measure_state as measure_state,
+    outcome_probs as outcome_probs,
+    zero_state as zero_state,
+)
 from ._straight_through import straight_through_argmax as straight_through_argmax
-from ._tensornet import TensorNetwork as TensorNetwork, amplitude as amplitude
+from ._tensornet import TensorNetwork as TensorNetwork
 
 __version__ = "0.1.0"

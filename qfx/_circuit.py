@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._custom_types import as_leaf, host_number, is_numeric_leaf, static_count
+from ._checks import as_leaf, host_number, is_numeric_leaf, static_count
 from ._gates import AbstractGate, AbstractOperation, Adjoint, QubitUnitary, check_unitary
 
 
@@ -65,7 +65,7 @@ class Circuit(eqx.Module):
     def __init__(self, ops: Iterable[AbstractOperation] = (), num_wires: int | None = None):
         if isinstance(ops, Circuit) and num_wires is None:  # a copy keeps its wires, used or not
             num_wires = ops.num_wires
-        # Mid-circuit measurements (qfx/_control.py) are numbered in order of first appearance, so that
+        # Mid-circuit measurements (qfx/_control/) are numbered in order of first appearance, so that
         # circuits built alike are alike as static structure and share one compilation.
         ops = relabel_ops(_validate_ops(ops, "Circuit"), {})
         used = max((w for op in ops for w in op.wires), default=-1) + 1
@@ -212,7 +212,7 @@ def check_parameter_shapes(ops, fn: str, layers: tuple[int, ...] = (), advice: s
             if not layers:
                 op.check_layers()
             check_parameter_shapes(op.body.ops, fn, (*layers, op.length), advice)
-        elif hasattr(op, "check_shapes"):  # control flow (qfx/_control.py): its branches, bodies, indices
+        elif hasattr(op, "check_shapes"):  # control flow (qfx/_control/): its branches, bodies, indices
             op.check_shapes(fn, layers, advice)
         elif isinstance(op, AbstractGate) and op.parameter_shapes is not None:
             for p, want in zip(op.parameters, op.parameter_shapes, strict=True):
@@ -341,7 +341,7 @@ def draw(circuit: Circuit, *, decimals: int = 2) -> str:
     _check_is_circuit(circuit, "draw")
     n = circuit.num_wires
     rows = [[f"{w}: "] for w in range(n)]
-    numbering: dict = {}  # the circuit's measurements, token -> id (see `qfx/_control.py: draw_op`)
+    numbering: dict = {}  # the circuit's measurements, token -> id (see `_control/_operations.py: draw_op`)
     # Numbered afresh: an `eqx.tree_at` edit that puts in new measurements skips `Circuit`'s numbering.
     ops = relabel_ops(circuit.ops, numbering)
 
@@ -406,7 +406,7 @@ def draw(circuit: Circuit, *, decimals: int = 2) -> str:
             for w in range(lo, hi + 1):
                 rows[w].append(f"]×{op.length}" if w == lo else "]" + " " * len(f"×{op.length}"))
             return
-        if hasattr(op, "draw_into"):  # control flow and measurements (qfx/_control.py) draw themselves
+        if hasattr(op, "draw_into"):  # control flow and measurements (qfx/_control/) draw themselves
             op.draw_into(rows, add, pad, numbering)
             return
         pad()

@@ -20,17 +20,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
 import numpy as np
 
-from ._custom_types import (
-    as_dtype,
-    as_numeric,
-    check_wires,
-    complex_dtype,
-    host_number,
-    is_concrete,
-    real_dtype,
-    static_bit,
-    tolerance,
-)
+from ._checks import as_dtype, as_numeric, check_wires, host_number, is_concrete, static_bit
+from ._custom_types import complex_dtype, real_dtype, tolerance
 from ._observables import AbstractObservable, pauli_word_matrix
 
 # A shift rule for one parameter: terms (coefficient, shift) with df/dt = sum_k c_k f(t + s_k).
@@ -75,6 +66,11 @@ def _cos_sin(t: Array) -> tuple[Array, Array]:
     return _c(jnp.cos(t / 2)), _c(jnp.sin(t / 2))
 
 
+def _matrix2(a: Array, b: Array, c: Array, d: Array) -> Array:
+    """`[[a, b], [c, d]]` from scalar arrays (which may be traced)."""
+    return jnp.stack([jnp.stack([a, b]), jnp.stack([c, d])])
+
+
 def _block_controlled(target: Array, num_controls: int = 1) -> Array:
     """The matrix of a gate controlled (on |1...1>) by `num_controls` leading wires."""
     dim = target.shape[0] * 2**num_controls
@@ -87,8 +83,8 @@ class AbstractOperation(eqx.Module):
 
     # Plain attribute reads. Equinox's `Module.__getattribute__` is a Python hook (it turns bound methods
     # into pytrees, which qfx never hands to a JAX transform) that runs on every attribute read, twice in
-    # each module's flatten: flattening HEA(4, 10), 14 modules, took 20-33 us with it and 6-10 us without,
-    # paid by every jitted call that takes a circuit (its whole forward pass runs in 40-100 us).
+    # each module's flatten, paid by every jitted call that takes a circuit: on small circuits a sizeable
+    # part of the whole call (measurements: `qfx/_statevector/README.md`).
     __getattribute__ = object.__getattribute__
 
     @property
@@ -165,7 +161,29 @@ class _AbstractFixed(AbstractGate):
         return self._wires
 
 
-class _AbstractOneParameter(AbstractGate):
+class _AbstractAngles(AbstractGate):
+    """A gate whose leaves are the real angles named in `param_names`, on static wires.
+
+    Each gate declares its own angle fields, followed by `_wires`: the order of the fields is the order of
+    the leaves and of the static values in the treedef (serialised circuits and `eqx.tree_at` rely on both),
+    and fields declared here would come before the angles.
+    """
+
+    _wires: eqx.AbstractVar[tuple[int, ...]]
+
+    def _init_angles(self, wires, *angles) -> None:
+        """Sets `_wires`, then each angle in `param_names` order: the order bad arguments are reported in."""
+        name = type(self).__name__
+        self._wires = check_wires(name, wires, self.num_wires)
+        for field, value in zip(self.param_names, angles, strict=True):
+            setattr(self, field, _angle(name, field, value))
+
+    @property
+    def wires(self):
+        return self._wires
+
+
+class _AbstractOneParameter(_AbstractAngles):
     """A gate with one angle `theta`."""
 
     theta: Array
@@ -175,13 +193,7 @@ class _AbstractOneParameter(AbstractGate):
     shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = (TWO_TERM,)
 
     def __init__(self, theta: ArrayLike, wires):
-        name = type(self).__name__
-        self._wires = check_wires(name, wires, self.num_wires)
-        self.theta = _angle(name, "theta", theta)
-
-    @property
-    def wires(self):
-        return self._wires
+        self._init_angles(wires, theta)
 
 
 # --- one-qubit gates without parameters ---------------------------------------------------------
@@ -298,7 +310,7 @@ class RX(_AbstractOneParameter):
 
     def matrix(self):
         c, s = _cos_sin(self.theta)
-        return jnp.stack([jnp.stack([c, -1j * s]), jnp.stack([-1j * s, c])])
+        return _matrix2(c, -1j * s, -1j * s, c)
 
 
 class RY(_AbstractOneParameter):
@@ -308,7 +320,7 @@ class RY(_AbstractOneParameter):
 
     def matrix(self):
         c, s = _cos_sin(self.theta)
-        return jnp.stack([jnp.stack([c, -s]), jnp.stack([s, c])])
+        return _matrix2(c, -s, s, c)
 
 
 class RZ(_AbstractOneParameter):
@@ -323,64 +335,59 @@ class RZ(_AbstractOneParameter):
         return jnp.stack([_phase(-self.theta / 2), _phase(self.theta / 2)])
 
 
-class PhaseShift(_AbstractOneParameter):
+class _AbstractPhaseShift(_AbstractOneParameter):
+    """`diag(1, exp(i theta))`, under two names (PennyLane has both)."""
+
+    num_wires: ClassVar[int] = 1
+
+    def matrix(self):
+        return jnp.diag(self.diagonal())
+
+    def diagonal(self):
+        return jnp.stack([_c(1), _phase(self.theta)])
+
+
+class PhaseShift(_AbstractPhaseShift):
     """`PhaseShift(theta) = diag(1, exp(i theta))`."""
 
-    num_wires: ClassVar[int] = 1
 
-    def matrix(self):
-        return jnp.diag(self.diagonal())
-
-    def diagonal(self):
-        return jnp.stack([_c(1), _phase(self.theta)])
-
-
-class U1(_AbstractOneParameter):
+class U1(_AbstractPhaseShift):
     """`U1(theta) = diag(1, exp(i theta))`, the same matrix as `PhaseShift`."""
 
-    num_wires: ClassVar[int] = 1
 
-    def matrix(self):
-        return jnp.diag(self.diagonal())
-
-    def diagonal(self):
-        return jnp.stack([_c(1), _phase(self.theta)])
-
-
-class Rot(AbstractGate):
-    """`Rot(phi, theta, omega) = RZ(omega) RY(theta) RZ(phi)`."""
+class _AbstractRot(_AbstractAngles):
+    """The angles of `Rot` and of `CRot`, which applies it to its last wire."""
 
     phi: Array
     theta: Array
     omega: Array
     _wires: tuple[int, ...] = eqx.field(static=True)
-    num_wires: ClassVar[int] = 1
     param_names: ClassVar[tuple[str, ...]] = ("phi", "theta", "omega")
     parameter_shapes: ClassVar[tuple[tuple[int, ...], ...]] = ((),) * 3
-    shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = (TWO_TERM,) * 3
 
     def __init__(self, phi, theta, omega, wires):
-        self._wires = check_wires("Rot", wires, 1)
-        self.phi = _angle("Rot", "phi", phi)
-        self.theta = _angle("Rot", "theta", theta)
-        self.omega = _angle("Rot", "omega", omega)
+        self._init_angles(wires, phi, theta, omega)
 
-    @property
-    def wires(self):
-        return self._wires
+
+class Rot(_AbstractRot):
+    """`Rot(phi, theta, omega) = RZ(omega) RY(theta) RZ(phi)`."""
+
+    num_wires: ClassVar[int] = 1
+    shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = (TWO_TERM,) * 3
 
     def matrix(self):
         c, s = _cos_sin(self.theta)
         p, m = (self.phi + self.omega) / 2, (self.phi - self.omega) / 2
-        return jnp.stack(
-            [
-                jnp.stack([_phase(-p) * c, -_phase(m) * s]),
-                jnp.stack([_phase(-m) * s, _phase(p) * c]),
-            ]
-        )
+        return _matrix2(_phase(-p) * c, -_phase(m) * s, _phase(-m) * s, _phase(p) * c)
 
 
-class U2(AbstractGate):
+def _u_matrix(c: Array, s: Array, phi: Array, delta: Array) -> Array:
+    """`[[c, -e^{i delta} s], [e^{i phi} s, e^{i (phi + delta)} c]]`: U3's matrix, and U2's (U3 at theta =
+    pi/2) with `c = s = 1/sqrt(2)` given exactly, not rounded from cos(pi/4)."""
+    return _matrix2(c, -_phase(delta) * s, _phase(phi) * s, _phase(phi + delta) * c)
+
+
+class U2(_AbstractAngles):
     """`U2(phi, delta) = [[1, -e^{i delta}], [e^{i phi}, e^{i (phi + delta)}]] / sqrt(2)`."""
 
     phi: Array
@@ -392,25 +399,13 @@ class U2(AbstractGate):
     shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = (TWO_TERM,) * 2
 
     def __init__(self, phi, delta, wires):
-        self._wires = check_wires("U2", wires, 1)
-        self.phi = _angle("U2", "phi", phi)
-        self.delta = _angle("U2", "delta", delta)
-
-    @property
-    def wires(self):
-        return self._wires
+        self._init_angles(wires, phi, delta)
 
     def matrix(self):
-        m = jnp.stack(
-            [
-                jnp.stack([_c(1), -_phase(self.delta)]),
-                jnp.stack([_phase(self.phi), _phase(self.phi + self.delta)]),
-            ]
-        )
-        return m * _c(_SQ2)
+        return _u_matrix(_c(_SQ2), _c(_SQ2), self.phi, self.delta)
 
 
-class U3(AbstractGate):
+class U3(_AbstractAngles):
     """`U3(theta, phi, delta) = [[c, -e^{i delta} s], [e^{i phi} s, e^{i (phi + delta)} c]]`,
     with `c = cos(theta/2)`, `s = sin(theta/2)`."""
 
@@ -424,23 +419,10 @@ class U3(AbstractGate):
     shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = (TWO_TERM,) * 3
 
     def __init__(self, theta, phi, delta, wires):
-        self._wires = check_wires("U3", wires, 1)
-        self.theta = _angle("U3", "theta", theta)
-        self.phi = _angle("U3", "phi", phi)
-        self.delta = _angle("U3", "delta", delta)
-
-    @property
-    def wires(self):
-        return self._wires
+        self._init_angles(wires, theta, phi, delta)
 
     def matrix(self):
-        c, s = _cos_sin(self.theta)
-        return jnp.stack(
-            [
-                jnp.stack([c, -_phase(self.delta) * s]),
-                jnp.stack([_phase(self.phi) * s, _phase(self.phi + self.delta) * c]),
-            ]
-        )
+        return _u_matrix(*_cos_sin(self.theta), self.phi, self.delta)
 
 
 # --- two- and three-qubit gates without parameters --------------------------------------------
@@ -455,30 +437,34 @@ def _perm_matrix(perm, phases=None) -> Array:
     return _c(m)
 
 
-class CNOT(_AbstractFixed):
+class _AbstractPermutation(_AbstractFixed):
+    """A gate that maps basis state `_perm[i]` to `i`, times `_phases[i]` (None: all 1)."""
+
+    _perm: eqx.AbstractClassVar[tuple[int, ...]]
+    _phases: ClassVar[tuple[complex, ...] | None] = None
+
+    def matrix(self):
+        return _perm_matrix(self._perm, None if self._phases is None else np.array(self._phases))
+
+    def permutation(self):
+        return self._perm, None if self._phases is None else _c(self._phases)
+
+
+class CNOT(_AbstractPermutation):
     """Controlled NOT; `wires=(control, target)`."""
 
     num_wires: ClassVar[int] = 2
     self_inverse: ClassVar[bool] = True
-
-    def matrix(self):
-        return _perm_matrix(self.permutation()[0])
-
-    def permutation(self):
-        return (0, 1, 3, 2), None
+    _perm: ClassVar[tuple[int, ...]] = (0, 1, 3, 2)
 
 
-class CY(_AbstractFixed):
+class CY(_AbstractPermutation):
     """Controlled Y; `wires=(control, target)`."""
 
     num_wires: ClassVar[int] = 2
     self_inverse: ClassVar[bool] = True
-
-    def matrix(self):
-        return _perm_matrix((0, 1, 3, 2), np.array([1, 1, -1j, 1j]))
-
-    def permutation(self):
-        return (0, 1, 3, 2), _c([1, 1, -1j, 1j])
+    _perm: ClassVar[tuple[int, ...]] = (0, 1, 3, 2)
+    _phases: ClassVar[tuple[complex, ...]] = (1, 1, -1j, 1j)
 
 
 class CZ(_AbstractFixed):
@@ -494,55 +480,36 @@ class CZ(_AbstractFixed):
         return _c([1, 1, 1, -1])
 
 
-class SWAP(_AbstractFixed):
+class SWAP(_AbstractPermutation):
     """Swaps two wires."""
 
     num_wires: ClassVar[int] = 2
     self_inverse: ClassVar[bool] = True
-
-    def matrix(self):
-        return _perm_matrix((0, 2, 1, 3))
-
-    def permutation(self):
-        return (0, 2, 1, 3), None
+    _perm: ClassVar[tuple[int, ...]] = (0, 2, 1, 3)
 
 
-class ISWAP(_AbstractFixed):
+class ISWAP(_AbstractPermutation):
     """Swaps two wires and multiplies |01> and |10> by i."""
 
     num_wires: ClassVar[int] = 2
-
-    def matrix(self):
-        return _perm_matrix((0, 2, 1, 3), np.array([1, 1j, 1j, 1]))
-
-    def permutation(self):
-        return (0, 2, 1, 3), _c([1, 1j, 1j, 1])
+    _perm: ClassVar[tuple[int, ...]] = (0, 2, 1, 3)
+    _phases: ClassVar[tuple[complex, ...]] = (1, 1j, 1j, 1)
 
 
-class Toffoli(_AbstractFixed):
+class Toffoli(_AbstractPermutation):
     """Doubly controlled NOT; `wires=(control, control, target)`."""
 
     num_wires: ClassVar[int] = 3
     self_inverse: ClassVar[bool] = True
-
-    def matrix(self):
-        return _perm_matrix(self.permutation()[0])
-
-    def permutation(self):
-        return (0, 1, 2, 3, 4, 5, 7, 6), None
+    _perm: ClassVar[tuple[int, ...]] = (0, 1, 2, 3, 4, 5, 7, 6)
 
 
-class CSWAP(_AbstractFixed):
+class CSWAP(_AbstractPermutation):
     """Controlled SWAP (Fredkin); `wires=(control, a, b)`."""
 
     num_wires: ClassVar[int] = 3
     self_inverse: ClassVar[bool] = True
-
-    def matrix(self):
-        return _perm_matrix(self.permutation()[0])
-
-    def permutation(self):
-        return (0, 1, 2, 3, 4, 6, 5, 7), None
+    _perm: ClassVar[tuple[int, ...]] = (0, 1, 2, 3, 4, 6, 5, 7)
 
 
 # --- two-qubit parametric gates ---------------------------------------------------------------
@@ -593,30 +560,29 @@ class ControlledPhaseShift(_AbstractOneParameter):
         return jnp.concatenate([_c([1, 1, 1]), _phase(self.theta)[None]])
 
 
-class CRot(AbstractGate):
+class CRot(_AbstractRot):
     """Controlled `Rot(phi, theta, omega)`; `wires=(control, target)`."""
 
-    phi: Array
-    theta: Array
-    omega: Array
-    _wires: tuple[int, ...] = eqx.field(static=True)
     num_wires: ClassVar[int] = 2
-    param_names: ClassVar[tuple[str, ...]] = ("phi", "theta", "omega")
-    parameter_shapes: ClassVar[tuple[tuple[int, ...], ...]] = ((),) * 3
     shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = (FOUR_TERM,) * 3
-
-    def __init__(self, phi, theta, omega, wires):
-        self._wires = check_wires("CRot", wires, 2)
-        self.phi = _angle("CRot", "phi", phi)
-        self.theta = _angle("CRot", "theta", theta)
-        self.omega = _angle("CRot", "omega", omega)
-
-    @property
-    def wires(self):
-        return self._wires
 
     def matrix(self):
         return _block_controlled(Rot(self.phi, self.theta, self.omega, 0).matrix())
+
+
+def _ising_matrix(theta: Array, corner: complex) -> Array:
+    """`exp(-i theta P⊗P / 2)` for P = X (`corner=-1j`) or Y (`corner=1j`): as Y⊗Y = -X⊗X on |00> and
+    |11>, the two differ only in the sign of their corners."""
+    c, s = _cos_sin(theta)
+    z = jnp.zeros_like(c)
+    return jnp.stack(
+        [
+            jnp.stack([c, z, z, corner * s]),
+            jnp.stack([z, c, -1j * s, z]),
+            jnp.stack([z, -1j * s, c, z]),
+            jnp.stack([corner * s, z, z, c]),
+        ]
+    )
 
 
 class IsingXX(_AbstractOneParameter):
@@ -625,16 +591,7 @@ class IsingXX(_AbstractOneParameter):
     num_wires: ClassVar[int] = 2
 
     def matrix(self):
-        c, s = _cos_sin(self.theta)
-        z = jnp.zeros_like(c)
-        return jnp.stack(
-            [
-                jnp.stack([c, z, z, -1j * s]),
-                jnp.stack([z, c, -1j * s, z]),
-                jnp.stack([z, -1j * s, c, z]),
-                jnp.stack([-1j * s, z, z, c]),
-            ]
-        )
+        return _ising_matrix(self.theta, -1j)
 
 
 class IsingYY(_AbstractOneParameter):
@@ -643,16 +600,7 @@ class IsingYY(_AbstractOneParameter):
     num_wires: ClassVar[int] = 2
 
     def matrix(self):
-        c, s = _cos_sin(self.theta)
-        z = jnp.zeros_like(c)
-        return jnp.stack(
-            [
-                jnp.stack([c, z, z, 1j * s]),
-                jnp.stack([z, c, -1j * s, z]),
-                jnp.stack([z, -1j * s, c, z]),
-                jnp.stack([1j * s, z, z, c]),
-            ]
-        )
+        return _ising_matrix(self.theta, 1j)
 
 
 class IsingZZ(_AbstractOneParameter):
@@ -712,7 +660,7 @@ class MultiRZ(_AbstractOneParameter):
         return _phase(-self.theta / 2 * _z_eigenvalues("Z" * len(self.wires)))
 
 
-class PauliRot(AbstractGate):
+class PauliRot(_AbstractAngles):
     """`PauliRot(theta, "XYZ", wires) = exp(-i theta P / 2)` for a Pauli word P on `wires`."""
 
     theta: Array
@@ -734,10 +682,6 @@ class PauliRot(AbstractGate):
             )
         self.pauli_word = str(pauli_word)  # not a np.str_, which Equinox takes for an array in a static field
         self.theta = _angle("PauliRot", "theta", theta)
-
-    @property
-    def wires(self):
-        return self._wires
 
     def matrix(self):
         c, s = _cos_sin(self.theta)
@@ -852,24 +796,16 @@ def _controlled_matrix(values: tuple[int, ...], target: Array) -> Array:
 # --- wrappers ---------------------------------------------------------------------------------
 
 
-class Adjoint(AbstractGate):
-    """The inverse of a gate. `Adjoint(S(0))` is S-dagger. Keeps the base gate's parameter leaves."""
+class _AbstractWrapper(AbstractGate):
+    """A gate made from another, `base`, whose parameters (leaves and shapes) it has as its own."""
 
     base: AbstractGate
     num_wires: ClassVar[None] = None
 
-    def __init__(self, base: AbstractGate):
+    def _check_base(self, base) -> AbstractGate:
         if not isinstance(base, AbstractGate):
-            raise TypeError(f"Adjoint: expected a gate, got {type(base).__name__}.")
-        self.base = base
-
-    @property
-    def wires(self):
-        return self.base.wires
-
-    @property
-    def name(self):
-        return f"Adjoint({self.base.name})"
+            raise TypeError(f"{type(self).__name__}: expected a gate, got {type(base).__name__}.")
+        return base
 
     @property
     def parameters(self):
@@ -878,6 +814,21 @@ class Adjoint(AbstractGate):
     @property
     def parameter_shapes(self):
         return self.base.parameter_shapes
+
+
+class Adjoint(_AbstractWrapper):
+    """The inverse of a gate. `Adjoint(S(0))` is S-dagger. Keeps the base gate's parameter leaves."""
+
+    def __init__(self, base: AbstractGate):
+        self.base = self._check_base(base)
+
+    @property
+    def wires(self):
+        return self.base.wires
+
+    @property
+    def name(self):
+        return f"Adjoint({self.base.name})"
 
     @property
     def shift_rules(self):
@@ -915,20 +866,17 @@ class Adjoint(AbstractGate):
         return f"Adjoint({self.base!r})"
 
 
-class Controlled(AbstractGate):
+class Controlled(_AbstractWrapper):
     """`base` applied where the `controls` wires hold `control_values` (default all 1).
 
     The wires are `controls + base.wires`. Applied to a slice of the state, so many controls stay cheap.
     """
 
-    base: AbstractGate
     controls: tuple[int, ...] = eqx.field(static=True)
     control_values: tuple[int, ...] = eqx.field(static=True)
-    num_wires: ClassVar[None] = None
 
     def __init__(self, base: AbstractGate, controls, control_values=None):
-        if not isinstance(base, AbstractGate):
-            raise TypeError(f"Controlled: expected a gate, got {type(base).__name__}.")
+        self._check_base(base)
         controls = check_wires("Controlled", controls, None)
         overlap = set(controls) & set(base.wires)
         if overlap:
@@ -947,14 +895,6 @@ class Controlled(AbstractGate):
     @property
     def name(self):
         return f"C({self.base.name})"
-
-    @property
-    def parameters(self):
-        return self.base.parameters
-
-    @property
-    def parameter_shapes(self):
-        return self.base.parameter_shapes
 
     @property
     def shift_rules(self):

@@ -14,16 +14,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
 import numpy as np
 
-from ._custom_types import (
-    as_dtype,
-    as_numeric,
-    check_wires,
-    complex_dtype,
-    is_concrete,
-    is_numeric_leaf,
-    real_dtype,
-    static_count,
-)
+from ._checks import as_dtype, as_numeric, check_wires, is_concrete, is_numeric_leaf, static_count
+from ._custom_types import complex_dtype, real_dtype
 
 # A Pauli word: ((wire, letter), ...) sorted by wire, letters in "XYZ"; () is the identity.
 Word = tuple[tuple[int, str], ...]

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import qfx
-from qfx import _fusion
-from qfx.diff import _adjoint, _finite_diff, _parameter_shift
+from qfx._statevector import _fusion, _kernels, _walk
+from qfx.diff import _finite_diff, _parameter_shift
 
 from . import reference as ref
 from .helpers import (
@@ -31,6 +31,7 @@ from .helpers import (
 )
 
 METHODS = {
+    "auto": qfx.diff.Auto(),
     "backprop": qfx.diff.Backprop(),
     "adjoint": qfx.diff.Adjoint(),
     "parameter_shift": qfx.diff.ParameterShift(),
@@ -144,18 +145,18 @@ def test_every_gate(x64, n, loop, monkeypatch):
     loop over the gates, with the cotangents of matrices and diagonals taken from the states after each
     gate."""
     if loop:
-        monkeypatch.setattr(_adjoint, "_LOOP_MIN_WIRES", 1)
+        monkeypatch.setattr(_walk, "_LOOP_MIN_WIRES", 1)
     if n <= 4:
         monkeypatch.setattr(_fusion, "ABSORB_STRUCTURED_MAX_WIRES", n)
     forms = set()
-    operator_form = _adjoint.operator_form
+    operator_form = _kernels.operator_form
 
     def recording(gate):
         out = operator_form(gate)
         forms.add(out[0])
         return out
 
-    monkeypatch.setattr(_adjoint, "operator_form", recording)
+    monkeypatch.setattr(_walk, "operator_form", recording)
     rng = np.random.default_rng(3)
     ops = []
     for k, make in ALL_GATES.values():
@@ -228,7 +229,7 @@ def test_adjoint_reverse_over_reverse(x64, loop, monkeypatch):
     With `loop`, the walk runs as on large states (a loop, cotangents from the states after each gate),
     on a circuit whose diagonal two-qubit gates stay unfused; forward-over-reverse is checked too."""
     if loop:
-        monkeypatch.setattr(_adjoint, "_LOOP_MIN_WIRES", 1)
+        monkeypatch.setattr(_walk, "_LOOP_MIN_WIRES", 1)
     theta = jnp.asarray(np.random.default_rng(9).uniform(-np.pi, np.pi, 6))
 
     def wide(diff):  # _small's gates on 5 wires, where fusion leaves CRZ and IsingZZ as they are
@@ -251,7 +252,7 @@ def test_adjoint_higher_orders_in_matrix_entries(x64, loop, monkeypatch):
     its walk differentiates the inverse, so Hessians (forward- and reverse-over-reverse) and third
     derivatives equal backprop's. `loop`: the walk of large states (cotangents from the states after)."""
     if loop:
-        monkeypatch.setattr(_adjoint, "_LOOP_MIN_WIRES", 1)
+        monkeypatch.setattr(_walk, "_LOOP_MIN_WIRES", 1)
     rng = np.random.default_rng(12)
     u1, u2 = random_unitary(rng, 2), random_unitary(rng, 4)
     obs = qfx.Z(0) @ qfx.X(1) + 0.3 * qfx.Y(2)
@@ -289,7 +290,7 @@ def test_adjoint_loop_gate_counts(x64, count, monkeypatch):
     """The looped walk takes two gates per loop step; an odd count is padded with a step that does
     nothing. Runs of 2 to 5 gates (one rotation per wire, which fusion leaves apart), at top level and in
     scanned layers, give backprop's gradient."""
-    monkeypatch.setattr(_adjoint, "_LOOP_MIN_WIRES", 1)
+    monkeypatch.setattr(_walk, "_LOOP_MIN_WIRES", 1)
     n = 6
     rng = np.random.default_rng(count)
     head = jnp.asarray(rng.uniform(-np.pi, np.pi, count))
@@ -535,8 +536,8 @@ def test_adjoint_keeps_no_intermediate_states(monkeypatch):
         return qfx.expval(qfx.Circuit([body], n), sum(qfx.Z(i) for i in range(n)), diff=diff)
 
     calls = []
-    backward = _adjoint._backward
-    monkeypatch.setattr(_adjoint, "_backward", lambda *a: calls.append(None) or backward(*a))
+    backward = _walk.backward
+    monkeypatch.setattr(_walk, "backward", lambda *a: calls.append(None) or backward(*a))
 
     def stacked_states(diff):
         jaxpr = jax.make_jaxpr(jax.grad(f), static_argnums=1)(thetas, diff)
@@ -552,12 +553,12 @@ def test_adjoint_keeps_no_intermediate_states(monkeypatch):
 
 def _count_walks(monkeypatch) -> list:
     calls = []
-    backward = _adjoint._backward
-    monkeypatch.setattr(_adjoint, "_backward", lambda *a: calls.append(None) or backward(*a))
+    backward = _walk.backward
+    monkeypatch.setattr(_walk, "backward", lambda *a: calls.append(None) or backward(*a))
     return calls
 
 
-def test_backprop_walks_small_states(x64, monkeypatch):
+def test_auto_walks_small_states(x64, monkeypatch):
     """On a 4-qubit state, Backprop differentiates a scalar expectation by the adjoint walk, written as a
     custom_jvp: gradients to the gate angles, the initial state and the observable's coefficients (of an
     observable with a Hermitian term) match the reference's finite differences, and jvp, jacfwd, hessian,
@@ -604,7 +605,7 @@ def test_backprop_walks_small_states(x64, monkeypatch):
         "vmap(grad)": lambda: jax.vmap(jax.grad(g))(thetas),
     }
     walked = {name: jax.jit(t)() for name, t in transforms.items()}
-    monkeypatch.setattr(qfx.diff._backprop, "SMALL_STATE_BYTES", 0)
+    monkeypatch.setattr(qfx.diff._auto, "SMALL_STATE_BYTES", 0)
     count = len(calls)
     for name, t in transforms.items():
         assert tree_allclose(walked[name], jax.jit(t)(), rtol=1e-9, atol=1e-9), name
@@ -615,7 +616,7 @@ def test_backprop_walks_small_states(x64, monkeypatch):
 @pytest.mark.parametrize(
     "case", ["scalar", "two observables", "7 qubits", "8 layers", "QubitUnitary", "shots"]
 )
-def test_backprop_walks_only_where_it_pays(case, monkeypatch):
+def test_auto_walks_only_where_it_pays(case, monkeypatch):
     """Of these 10-layer circuits on 3 qubits (64-byte states), Backprop walks the scalar expectation only;
     it keeps plain autodiff for a measurement with several entries, a state over 512 bytes, a circuit
     whose layers stack at most 512 bytes of states, one with complex (matrix) parameters, and shot
@@ -633,7 +634,7 @@ def test_backprop_walks_only_where_it_pays(case, monkeypatch):
     coeffs = jnp.asarray([0.5, -1.5], jnp.float32)
     terms = [qfx.Z(0), qfx.X(n - 1)]
 
-    def f(c, diff=METHODS["backprop"]):
+    def f(c, diff=METHODS["auto"]):
         if case == "two observables":
             return jnp.sum(jnp.sin(qfx.expval(c, terms, diff=diff)))
         return qfx.expval(c, qfx.LinearCombination(coeffs, terms), diff=diff)
@@ -648,7 +649,7 @@ def test_backprop_walks_only_where_it_pays(case, monkeypatch):
     got = jax.grad(f)(circ)
     assert bool(calls) == (case == "scalar")
     if case == "scalar":  # the walk against plain backprop; the others against the adjoint method
-        monkeypatch.setattr(qfx.diff._backprop, "SMALL_STATE_BYTES", 0)
+        monkeypatch.setattr(qfx.diff._auto, "SMALL_STATE_BYTES", 0)
         expected = jax.grad(f)(circ)
     else:
         expected = jax.grad(lambda c: f(c, qfx.diff.Adjoint()))(circ)
@@ -656,14 +657,14 @@ def test_backprop_walks_only_where_it_pays(case, monkeypatch):
 
 
 @pytest.mark.parametrize("case", ["7 layers", "6 layers", "nested 3 x 4", "two observables"])
-def test_backprop_walks_past_its_checkpoint_budget(case, monkeypatch):
+def test_auto_walks_past_its_checkpoint_budget(case, monkeypatch):
     """On 8 qubits (2 KiB states, too large for the small-state walk), Backprop walks a scalar expectation
     when its `Repeat` blocks would keep more than `CHECKPOINT_MEMORY_FRACTION` of the device's memory in
     per-layer states: here a device of 8 x 6 states, so 7 layers walk and 6 do not, and a block of 3
     layers, each holding a block of 4, counts 3 + 4. A measurement with two entries keeps backprop. The
     gradients match plain backprop's (the walk switched off by a budget of the whole memory)."""
     n = 8
-    monkeypatch.setattr(qfx.diff._backprop, "_memory_limit_bytes", lambda: 8 * 6 * 2**n * 8)
+    monkeypatch.setattr(qfx.diff._auto, "memory_limit_bytes", lambda: 8 * 6 * 2**n * 8)
     rng = np.random.default_rng(11)
 
     def layer(t):
@@ -686,7 +687,7 @@ def test_backprop_walks_past_its_checkpoint_budget(case, monkeypatch):
     calls = _count_walks(monkeypatch)
     got = jax.jit(jax.grad(f))(circ)
     assert bool(calls) == (case in ("7 layers", "nested 3 x 4"))
-    monkeypatch.setattr(qfx.diff._backprop, "CHECKPOINT_MEMORY_FRACTION", 1.0)
+    monkeypatch.setattr(qfx.diff._auto, "CHECKPOINT_MEMORY_FRACTION", 1.0)
     count = len(calls)
     expected = jax.jit(jax.grad(f))(circ)
     assert len(calls) == count

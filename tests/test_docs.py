@@ -37,7 +37,13 @@ EXAMPLES = _examples()
 
 def test_the_public_api_has_examples():
     assert len(EXAMPLES) >= 15
-    for name in ("qfx._circuit.Repeat[0]", "qfx._control.while_loop[0]", "qfx._control_run.measure_state[0]"):
+    for name in (
+        "qfx._circuit.Repeat[0]",
+        "qfx.diff._auto.Auto[0]",
+        "qfx._statevector._backend.StateVector[0]",
+        "qfx._control._operations.while_loop[0]",
+        "qfx._statevector._functional.measure_state[0]",
+    ):
         assert name in EXAMPLES
 
 

@@ -1,5 +1,6 @@
 """Every error message, triggered once: structural mistakes raise at construction, with the fix."""
 
+import math
 import re
 
 import equinox as eqx
@@ -686,3 +687,155 @@ def test_integer_jax_arrays_are_taken_as_numpy_ones_are():
         )
     u = qfx.QubitUnitary(jnp.asarray([[0, 1], [1, 0]], jnp.int32), 0)
     np.testing.assert_allclose(qfx.state(qfx.Circuit([u])), [0, 1], atol=1e-7)
+
+
+# --- control-flow operations and the entry points that run them ---------------------------------------
+
+
+def _two_wire_layer(i, thetas, phis):
+    return [qfx.RX(thetas[i], wires=0), qfx.RY(phis[i], wires=1), qfx.CNOT(wires=(0, 1))]
+
+
+class _Custom(qfx.AbstractOperation):
+    @property
+    def wires(self):
+        return (0,)
+
+
+def test_operation_errors():
+    m = qfx.measure(0)
+    with pytest.raises(TypeError, match="expected a measurement value"):
+        m & 0.5
+    with pytest.raises(TypeError, match="is only known during the simulation"):
+        bool(m == 1)
+    with pytest.raises(ValueError, match="it has no inverse"):
+        qfx.Circuit([m]).inverse()
+    with pytest.raises(ValueError, match="wire must be a non-negative int"):
+        qfx.measure(-1)
+    with pytest.raises(ValueError, match="postselect must be None, 0 or 1"):
+        qfx.measure(0, postselect=2)
+    with pytest.raises(ValueError, match="the body measures none of the outcomes the condition reads"):
+        qfx.while_loop(m, [qfx.RX(0.3, wires=0)])  # would never end
+    other = qfx.measure(1)
+    with pytest.raises(ValueError, match="the body measures none"):
+        qfx.while_loop(m | ~m, [qfx.cond(other, [qfx.X(0)]), other])
+    qfx.while_loop(m, [qfx.cond(other, [qfx.X(0), m])])  # measured in a branch: fine
+    qfx.while_loop(m, [qfx.RX(0.3, wires=0)], max_iterations=3)  # bounded: fine
+    many = qfx.Circuit([qfx.H(0)] + [qfx.measure(0) for _ in range(40)])
+    with pytest.raises(ValueError, match=r"mcm='exact' keeps a density matrix per record.*2\*\*42"):
+        qfx.probs(many, mcm="exact")  # 2**40 records of a 2x2 density matrix: raise, do not allocate
+    with pytest.raises(TypeError, match="expected an operation, a list of operations or a Circuit"):
+        qfx.cond(m, 3)
+    with pytest.raises(ValueError, match="must be a scalar, got shape"):
+        qfx.cond(jnp.ones(2, bool), qfx.X(0))
+    with pytest.raises(TypeError, match="must be a bool or an int"):
+        qfx.cond(0.5, qfx.X(0))
+    with pytest.raises(ValueError, match="give exactly one of index"):
+        qfx.Cond((qfx.Circuit([]),), None, None)
+    with pytest.raises(ValueError, match="conditional on measurement outcomes has no inverse"):
+        qfx.cond(m, qfx.X(1)).adjoint()
+    with pytest.raises(ValueError, match="branches must be a non-empty list"):
+        qfx.switch(m, [])
+    with pytest.raises(TypeError, match="the body must return an operation"):
+        qfx.for_loop(2, lambda i: 3)
+    with pytest.raises(ValueError, match="give exactly one of length"):
+        qfx.ForLoop(lambda i: [], None, None)
+    with pytest.raises(ValueError, match="traced number of iterations has no inverse"):
+        qfx.for_loop(jnp.int32(2), lambda i: qfx.X(0)).adjoint()
+    with pytest.raises(TypeError, match="body must be callable"):
+        qfx.for_loop(2, [qfx.X(0)])
+    with pytest.raises(ValueError, match="length must be non-negative"):
+        qfx.for_loop(-1, lambda i: qfx.X(0))
+    with pytest.raises(ValueError, match="while_loop .* has no inverse"):
+        qfx.while_loop(m, [m]).adjoint()
+    with pytest.raises(TypeError, match="the condition must be a measurement value"):
+        qfx.while_loop(True, [m])
+    with pytest.raises(ValueError, match="max_iterations must be a non-negative int"):
+        qfx.while_loop(m, [m], max_iterations=-1)
+    with pytest.raises(ValueError, match="that measurement is not in the circuit"):
+        qfx.probs(qfx.Circuit([qfx.cond(m, qfx.X(0))]))
+    # Read before the measurement runs (it would read 0): at the top level, in a loop before it, by the
+    # condition of a while loop whose body makes it.
+    for ops in (
+        [qfx.X(0), qfx.cond(m, qfx.X(1)), m],
+        [qfx.X(0), qfx.for_loop(2, lambda i: [qfx.cond(m, qfx.X(1))]), m],
+        [qfx.while_loop(m, [qfx.X(0), m], max_iterations=2)],
+    ):
+        with pytest.raises(ValueError, match="reads the outcome m0 before that measurement runs"):
+            qfx.probs(qfx.Circuit(ops, num_wires=2), mcm="exact")
+    # A QubitUnitary in a loop body (checked for unitarity from its values, not its shape-only skeleton).
+    u = np.asarray(qfx.RY(0.3, 0).matrix())
+    looped_u = qfx.Circuit([qfx.for_loop(3, lambda i: [qfx.QubitUnitary(u, wires=0)])])
+    assert float(qfx.expval(looped_u, qfx.Z(0))) == pytest.approx(math.cos(0.9), abs=1e-6)
+    # Feedback in a loop body reads the previous iteration's outcome (0 in the first): as unrolled.
+    fb = qfx.measure(0)
+    looped = qfx.Circuit([qfx.for_loop(3, lambda i: [qfx.cond(fb, qfx.X(1)), qfx.RY(0.7, 0), fb])], 2)
+    unrolled = qfx.Circuit([qfx.RY(0.7, 0), fb] + [qfx.cond(fb, qfx.X(1)), qfx.RY(0.7, 0), fb] * 2, 2)
+    np.testing.assert_allclose(
+        np.asarray(qfx.probs(looped, mcm="exact")), np.asarray(qfx.probs(unrolled, mcm="exact")), atol=1e-6
+    )
+    with pytest.raises(TypeError, match="is not a qfx operation that circuits can run"):
+        qfx.probs(qfx.Circuit([qfx.cond(True, _Custom())]))
+    # Inverses that exist: a for loop and a conditional on a traced value.
+    circ = qfx.Circuit(
+        [qfx.for_loop(3, _two_wire_layer, jnp.ones(3), jnp.ones(3)), qfx.cond(True, qfx.RX(0.2, 0))]
+    )
+    np.testing.assert_allclose(np.abs(np.asarray(qfx.state(circ + circ.inverse()))), [1, 0, 0, 0], atol=1e-5)
+
+
+def test_entry_point_errors():
+    m = qfx.measure(0)
+    circ = qfx.Circuit([qfx.H(0), m])
+    with pytest.raises(ValueError, match="cannot differentiate a circuit with control flow"):
+        qfx.expval(circ, qfx.Z(0), mcm="exact", diff=qfx.diff.Adjoint())
+    with pytest.raises(ValueError, match="mcm must be 'exact', 'sampled' or None"):
+        qfx.probs(circ, mcm="deferred")
+    with pytest.raises(ValueError, match="has mid-circuit measurements .* pass mcm='exact'"):
+        qfx.probs(circ)
+    with pytest.raises(ValueError, match="mcm='sampled' draws the measurement outcomes, so it needs key="):
+        qfx.probs(circ, mcm="sampled")
+    with pytest.raises(ValueError, match="mcm='exact' uses no randomness"):
+        qfx.probs(circ, mcm="exact", key=jax.random.key(0))
+    with pytest.raises(ValueError, match="is a mixture of branches"):
+        qfx.state(circ, mcm="exact")
+    with pytest.raises(ValueError, match="shots= is not supported"):
+        qfx.expval(circ, qfx.Z(0), mcm="exact", shots=10, key=jax.random.key(0))
+    with pytest.raises(TypeError, match="outcome_probs: expected a qfx.Circuit"):
+        qfx.outcome_probs([m], m, mcm="exact")
+    with pytest.raises(TypeError, match=r"outcome_probs: expected qfx.measure\(...\) operations"):
+        qfx.outcome_probs(circ, [], mcm="exact")
+    moved = eqx.tree_at(lambda c: c.ops[0], circ, qfx.RX(0.3, wires=circ.num_wires))  # skips Circuit's check
+    with pytest.raises(ValueError, match="outcome_probs: an operation acts on wire"):
+        qfx.outcome_probs(moved, m, mcm="exact")
+    with pytest.raises(ValueError, match="is not in the circuit"):
+        qfx.outcome_probs(circ, qfx.measure(0), mcm="exact")
+    with pytest.raises(ValueError, match="initial_state: expected shape"):
+        qfx.outcome_probs(circ, m, mcm="exact", initial_state=jnp.ones(3))
+    with pytest.raises(ValueError, match="state must be a flat vector of 2\\*\\*n amplitudes"):
+        qfx.apply(qfx.X(0), jnp.ones(3))
+    with pytest.raises(TypeError, match="qfx.apply: expected a qfx operation"):
+        qfx.apply(qfx.Z(0) @ qfx.Z(1), qfx.zero_state(2))
+    with pytest.raises(ValueError, match="acts on wire 2, but the state has 2 wires"):
+        qfx.apply(qfx.X(2), qfx.zero_state(2))
+    with pytest.raises(ValueError, match="holds mid-circuit measurements; pass key="):
+        qfx.apply(circ, qfx.zero_state(1))
+    with pytest.raises(ValueError, match="wire 3 is out of range for 1 wires"):
+        qfx.measure_state(qfx.zero_state(1), 3, key=jax.random.key(0))
+    # Outcomes are drawn from |amplitude|^2: an unnormalised state would skew them (P(1) 0.775 for 0.64).
+    unnormalised = 1.1 * jnp.asarray([0.6, 0.8], jnp.complex64)
+    with pytest.raises(
+        ValueError, match="qfx.measure_state: state is not normalised: its squared norm is 1.21"
+    ):
+        qfx.measure_state(unnormalised, 0, key=jax.random.key(0))
+    with pytest.raises(ValueError, match="qfx.apply: state is not normalised"):
+        qfx.apply(circ, unnormalised, key=jax.random.key(0))
+    # Other differentiation methods and the tensor-network backend refuse control flow clearly; the
+    # default runs it (X twice: |0>).
+    looped = qfx.Circuit([qfx.for_loop(2, lambda i: qfx.X(0))])
+    np.testing.assert_allclose([qfx.amplitude(looped, b) for b in ("0", "1")], [1, 0], atol=1e-6)
+    for method in (qfx.diff.Adjoint(), qfx.diff.ParameterShift(), qfx.diff.FiniteDiff()):
+        name = type(method).__name__
+        with pytest.raises(ValueError, match=f"amplitude: diff={name}\\(\\) cannot differentiate a circuit"):
+            qfx.amplitude(looped, "1", diff=method)
+    with pytest.raises(ValueError, match="TensorNetwork\\(\\) contracts gates and Repeat blocks only"):
+        qfx.expval(qfx.Circuit([qfx.cond(True, qfx.X(0))]), qfx.Z(0), backend=qfx.TensorNetwork())

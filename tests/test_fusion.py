@@ -1,4 +1,5 @@
-"""Gate fusion (`qfx/_fusion.py`): same action as the unfused circuit, fewer operations, same gradients."""
+"""Gate fusion (`qfx/_statevector/_fusion.py`): same action as the unfused circuit, fewer operations, same
+gradients."""
 
 import equinox as eqx
 import jax
@@ -6,7 +7,7 @@ import numpy as np
 import pytest
 
 import qfx
-from qfx import _fusion, _kernels as K
+from qfx._statevector import _fusion, _kernels, _pipeline, _staircase
 
 from . import reference as ref
 from .helpers import (
@@ -116,15 +117,15 @@ def test_gradients_through_fusion_match_finite_differences(method, policy):
     assert tree_allclose(grads, expected, atol=2e-4)
 
 
-# --- staircases (`qfx/_kernels.py`): like gates on consecutive wires, applied by one lax.scan ---------
+# --- staircases (`_staircase.py`): like gates on consecutive wires, applied by one lax.scan ------------
 
 
 @pytest.fixture
 def stairs(monkeypatch):
     """Staircases of any length >= 2, at any size, so that small test circuits exercise them."""
-    monkeypatch.setattr(K, "STAIRCASE_MIN_LENGTH", 2)
-    monkeypatch.setattr(K, "STAIRCASE_MIN_WIRES", 1)
-    monkeypatch.setattr(K, "STAIRCASE_MAX_WIRES", 64)
+    monkeypatch.setattr(_staircase, "STAIRCASE_MIN_LENGTH", 2)
+    monkeypatch.setattr(_staircase, "STAIRCASE_MIN_WIRES", 1)
+    monkeypatch.setattr(_staircase, "STAIRCASE_MAX_WIRES", 64)
 
 
 def _staircase_circuit(rng, n):
@@ -146,9 +147,11 @@ def _staircase_circuit(rng, n):
 
 def test_staircases_are_found(stairs):
     n = 6
-    ops = K.staircases(list(_staircase_circuit(np.random.default_rng(0), n).ops), n)
+    ops = _staircase.staircases(list(_staircase_circuit(np.random.default_rng(0), n).ops), n)
     kinds = [
-        (type(op.gates[0]).__name__, len(op.gates)) if isinstance(op, K.Staircase) else type(op).__name__
+        (type(op.gates[0]).__name__, len(op.gates))
+        if isinstance(op, _staircase.Staircase)
+        else type(op).__name__
         for op in ops
     ]
     assert kinds == [
@@ -160,7 +163,7 @@ def test_staircases_are_found(stairs):
 def test_staircases_are_not_formed_across_gaps_or_kinds(stairs):
     ops = [qfx.RY(0.1, wires=0), qfx.RY(0.2, wires=2), qfx.RX(0.3, wires=3), qfx.CNOT(wires=(0, 2))]
     ops += [qfx.CNOT(wires=(1, 2)), qfx.CNOT(wires=(3, 2))]  # orientations differ
-    assert K.staircases(ops, 4) == ops
+    assert _staircase.staircases(ops, 4) == ops
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -197,27 +200,27 @@ def test_staircase_gradients_and_vmap(stairs, x64):
 def test_hea_runs_as_scanned_staircases():
     """At a size where staircases are on by default, HEA's fused layer becomes a staircase of the RZ RY
     blocks on every wire and one gather for the CNOT ladder; with gathers off, two staircases."""
-    n = K.STAIRCASE_MAX_WIRES
+    n = _staircase.STAIRCASE_MAX_WIRES
     assert _fusion.PERMUTATION_MIN_WIRES <= n
     layer = _hea_layer(np.linspace(0.1, 1.2, 2 * n).reshape(n, 2), n)
     ops = _fusion.fuse(layer, n)
-    grouped = K.staircases(ops, n)
-    assert [len(s.gates) for s in grouped if isinstance(s, K.Staircase)] == [n]
+    grouped = _staircase.staircases(ops, n)
+    assert [len(s.gates) for s in grouped if isinstance(s, _staircase.Staircase)] == [n]
     assert len(grouped) == 2 and isinstance(grouped[1], _fusion.Permutation)
-    jaxpr = str(jax.make_jaxpr(lambda s: K.run(ops, s, n))(qfx.zero_state(n)))
+    jaxpr = str(jax.make_jaxpr(lambda s: _pipeline.run(ops, s, n))(qfx.zero_state(n)))
     assert jaxpr.count("scan[") == 1 and jaxpr.count("gather[") == 1
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(_fusion, "PERMUTATION_MIN_WIRES", n + 1)
         ops = _fusion.fuse(layer, n)
-        grouped = K.staircases(ops, n)
-        assert [len(s.gates) for s in grouped if isinstance(s, K.Staircase)] == [n, n - 1]
+        grouped = _staircase.staircases(ops, n)
+        assert [len(s.gates) for s in grouped if isinstance(s, _staircase.Staircase)] == [n, n - 1]
         assert len(grouped) == 2 and isinstance(grouped[1].gates[0], qfx.CNOT)
-        jaxpr = str(jax.make_jaxpr(lambda s: K.run(ops, s, n))(qfx.zero_state(n)))
+        jaxpr = str(jax.make_jaxpr(lambda s: _pipeline.run(ops, s, n))(qfx.zero_state(n)))
         assert jaxpr.count("scan[") == 2 and "gather[" not in jaxpr
 
 
-# --- permutation runs (`qfx/_fusion.py: Permutation`): CNOT, SWAP, X runs applied as one gather ---------
+# --- permutation runs (`_fusion.Permutation`): CNOT, SWAP, X runs applied as one gather ------------------
 
 
 @pytest.fixture
@@ -263,7 +266,7 @@ def test_permutation_runs_match_reference(seed, gathers):
     # The adjoint of a run undoes it.
     for op in _fusion.fuse(circ.ops, n):
         if isinstance(op, _fusion.Permutation):
-            back = K.apply_gate(K.apply_gate(psi, op, n), op.adjoint(), n)
+            back = _kernels.apply_gate(_kernels.apply_gate(psi, op, n), op.adjoint(), n)
             np.testing.assert_allclose(back, psi, atol=1e-6)
 
 
@@ -380,7 +383,7 @@ def test_diagonal_runs_match_reference(seed, max_wires, monkeypatch):
     psi = random_state(rng, n)
     np.testing.assert_allclose(qfx.state(circ, initial_state=psi), ref.final_state(circ, psi), atol=2e-5)
     for op in merged:  # its adjoint undoes it
-        back = K.apply_gate(K.apply_gate(psi, op, n), op.adjoint(), n)
+        back = _kernels.apply_gate(_kernels.apply_gate(psi, op, n), op.adjoint(), n)
         np.testing.assert_allclose(back, psi, atol=1e-6)
 
 
@@ -441,8 +444,8 @@ def test_paired_gates_evaluate_in_one_pass_and_differentiate_as_two(monkeypatch,
         return qfx.expval(_one_qubit_layers(t, n), obs)
 
     calls = []
-    apply_paired = K.apply_paired
-    monkeypatch.setattr(K, "apply_paired", lambda *a: calls.append(a[3]) or apply_paired(*a))
+    apply_paired = _kernels.apply_paired
+    monkeypatch.setattr(_kernels, "apply_paired", lambda *a: calls.append(a[3]) or apply_paired(*a))
     state = jax.jit(lambda t: qfx.state(_one_qubit_layers(t, n)))(theta)
     np.testing.assert_allclose(state, ref.final_state(_one_qubit_layers(theta, n)), atol=1e-12)
     assert len(calls) == 2
@@ -487,14 +490,14 @@ def test_matrix_tangent_equals_the_broadcast_form(wires, rotated):
     """
     n = 7
     rng = np.random.default_rng(len(wires) * 10 + wires[0])
-    _, shape, axes = K._layout(wires, n)
+    _, shape, axes = _kernels._layout(wires, n)
     view, m, dview = (
         _complex(rng, *shape),
         _complex(rng, 2 ** len(wires), 2 ** len(wires)),
         _complex(rng, *shape),
     )
-    expected = K._dense_broadcast(view, m, axes, rotated)
-    np.testing.assert_allclose(K._matrix_tangent(view, m, axes, rotated), expected, atol=2e-5)
+    expected = _kernels._dense_broadcast(view, m, axes, rotated)
+    np.testing.assert_allclose(_kernels._matrix_tangent(view, m, axes, rotated), expected, atol=2e-5)
     ct = _complex(rng, *expected.shape)
 
     def cotangent(form, v, u):
@@ -504,11 +507,17 @@ def test_matrix_tangent_equals_the_broadcast_form(wires, rotated):
         return jax.jvp(lambda v: cotangent(form, v, m), (view,), (dview,))[1]
 
     for check in (lambda f: cotangent(f, view, m), along_view):
-        np.testing.assert_allclose(check(K._matrix_tangent), check(K._dense_broadcast), rtol=2e-5, atol=2e-5)
-    assert "optimization_barrier" in str(jax.make_jaxpr(lambda u: cotangent(K._matrix_tangent, view, u))(m))
+        np.testing.assert_allclose(
+            check(_kernels._matrix_tangent), check(_kernels._dense_broadcast), rtol=2e-5, atol=2e-5
+        )
+    assert "optimization_barrier" in str(
+        jax.make_jaxpr(lambda u: cotangent(_kernels._matrix_tangent, view, u))(m)
+    )
 
     small = _complex(rng, 2, 2)
-    jaxpr = jax.make_jaxpr(lambda u: jax.vjp(lambda w: K._matrix_tangent(small, w, (0,)), u)[1](small)[0])
+    jaxpr = jax.make_jaxpr(
+        lambda u: jax.vjp(lambda w: _kernels._matrix_tangent(small, w, (0,)), u)[1](small)[0]
+    )
     assert "optimization_barrier" not in str(jaxpr(m[:2, :2]))
 
 
@@ -616,7 +625,7 @@ def test_kron_layer_second_order_and_vmap(krons, x64, monkeypatch):
 
 
 def test_kron_layer_adjoint_matches_reference(krons, x64):
-    """The adjoint walks layers as matrix products too (`_adjoint._kron_backward`): gradients of the
+    """The adjoint walks layers as matrix products too (`_walk._kron_backward`): gradients of the
     circuit and of the initial state against the reference's central differences, over layers with a
     missing wire (a group with no gate at all when groups are of 2), fixed gates and a scanned block."""
     rng = np.random.default_rng(20 + krons)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import qfx
-from qfx._kernels import operator_form
+from qfx._statevector._kernels import operator_form
 
 from . import reference as ref
 from .helpers import ALL_GATES, ANGLE_GATES, central_difference, random_state, random_unitary, tree_allclose

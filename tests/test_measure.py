@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import qfx
-from qfx import _kernels
+from qfx._statevector import _reductions
 
 from . import reference as ref
 from .helpers import (
@@ -457,17 +457,17 @@ def test_sample_indices_of_unnormalised_and_empty_distributions():
     # entered, also when float32 flushes a subnormal total to 0 (index 3, of probability 0, came out).
     key = jax.random.key(9)
     counts = np.bincount(
-        np.asarray(_kernels.sample_indices(key, jnp.asarray([3.0, 0, 1, 0]), 40_000)), minlength=4
+        np.asarray(_reductions.sample_indices(key, jnp.asarray([3.0, 0, 1, 0]), 40_000)), minlength=4
     )
     assert counts[1] == counts[3] == 0 and abs(counts[0] / 40_000 - 0.75) < 5 * np.sqrt(0.75 * 0.25 / 40_000)
     for p in ([1e-40, 0, 0, 0], [0.0, 0, 0, 0]):
-        np.testing.assert_array_equal(_kernels.sample_indices(key, jnp.asarray(p, jnp.float32), 10), 0)
+        np.testing.assert_array_equal(_reductions.sample_indices(key, jnp.asarray(p, jnp.float32), 10), 0)
 
 
 def test_memory_guards_count_the_arrays_held(monkeypatch):
     # 24 KiB: one 11-wire complex64 state (16 KiB) fits, but simulating it holds two (each gate reads one
     # and writes the other); the check compared one state with the memory and let such sizes crash in XLA.
-    monkeypatch.setattr(_kernels, "_memory_limit_bytes", lambda: 3 * 2**10 * 8)
+    monkeypatch.setattr(_reductions, "_memory_limit_bytes", lambda: 3 * 2**10 * 8)
     with pytest.raises(ValueError, match=r"A 11-wire simulation .* needs 32\.0 KiB \(2 x 2\*\*11 complex64"):
         qfx.state(qfx.Circuit([qfx.H(0)], num_wires=11))
     circ = qfx.Circuit([qfx.H(w) for w in range(10)])
@@ -497,13 +497,13 @@ def _random_pauli_sum(rng, n, terms):
 def test_many_unrelated_words_run_as_one_scan(monkeypatch, x64):
     # Many words flipping different wires: one step of a scan each (compiled once, however many words),
     # differentiated by its own rule. Against the reference, and the windowed marginals' plain autodiff.
-    monkeypatch.setattr(_kernels, "SCAN_MIN_PASSES", 4)  # the scan from 5 groups of words on (on 5 wires)
+    monkeypatch.setattr(_reductions, "SCAN_MIN_PASSES", 4)  # the scan from 5 groups of words on (on 5 wires)
     rng = np.random.default_rng(12)
     obs = _random_pauli_sum(rng, 5, 16) + 0.5 * qfx.Z(0) @ qfx.Z(3)  # words with and without flips
     theta = jnp.asarray(rng.uniform(-np.pi, np.pi, 10))
     calls = []
-    scanned = _kernels._scanned_expvals
-    monkeypatch.setattr(_kernels, "_scanned_expvals", lambda *a: calls.append(1) or scanned(*a))
+    scanned = _reductions._scanned_expvals
+    monkeypatch.setattr(_reductions, "_scanned_expvals", lambda *a: calls.append(1) or scanned(*a))
 
     f = lambda t, o=obs: qfx.expval(_ansatz(t), o)  # noqa: E731
     assert float(f(theta)) == pytest.approx(ref.expval(_ansatz(theta), obs), abs=1e-10)
@@ -521,7 +521,7 @@ def test_many_unrelated_words_run_as_one_scan(monkeypatch, x64):
     hessian = jax.jit(jax.hessian(f))(theta)
     forward = jax.jit(jax.jacfwd(jax.jacfwd(f)))(theta)
     values = jax.jit(jax.vmap(f))(jnp.stack([theta, -theta]))
-    monkeypatch.setattr(_kernels, "SCAN_MIN_PASSES", 10**9)  # the windowed marginals instead
+    monkeypatch.setattr(_reductions, "SCAN_MIN_PASSES", 10**9)  # the windowed marginals instead
     calls.clear()
     np.testing.assert_allclose(hessian, jax.jit(jax.hessian(f))(theta), atol=1e-9)
     np.testing.assert_allclose(forward, hessian, atol=1e-9)
@@ -530,7 +530,7 @@ def test_many_unrelated_words_run_as_one_scan(monkeypatch, x64):
 
 
 def test_scanned_words_in_complex64_and_the_adjoint(monkeypatch):
-    monkeypatch.setattr(_kernels, "SCAN_MIN_PASSES", 4)
+    monkeypatch.setattr(_reductions, "SCAN_MIN_PASSES", 4)
     rng = np.random.default_rng(13)
     obs = _random_pauli_sum(rng, 5, 16)
     theta = jnp.asarray(rng.uniform(-np.pi, np.pi, 10), jnp.float32)
@@ -543,10 +543,10 @@ def test_scanned_words_in_complex64_and_the_adjoint(monkeypatch):
 
 def test_variance_of_many_words(monkeypatch, x64):
     # O|psi> of many words is a scan too (the variance, and mixed states' expectations in exact mode).
-    monkeypatch.setattr(_kernels, "SCAN_MIN_PASSES", 4)
+    monkeypatch.setattr(_reductions, "SCAN_MIN_PASSES", 4)
     rng = np.random.default_rng(14)
     obs = _random_pauli_sum(rng, 5, 16) - 0.7 * qfx.Z(1) @ qfx.Z(4)  # words with and without flips
-    assert len(obs.terms) > _kernels.SCAN_MIN_PASSES
+    assert len(obs.terms) > _reductions.SCAN_MIN_PASSES
     theta = jnp.asarray(rng.uniform(-np.pi, np.pi, 10))
     f = jax.jit(lambda t: qfx.var(_ansatz(t), obs))
     assert float(f(theta)) == pytest.approx(ref.var(_ansatz(theta), obs), abs=1e-10)

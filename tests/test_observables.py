@@ -100,15 +100,17 @@ def test_small_states_compute_word_weights(monkeypatch):
     obs = sum(float(c) * qfx.PauliWord(w) for c, w in zip(rng.normal(size=len(words)), words, strict=True))
     psi = jnp.asarray(random_state(rng, n), jnp.complex64)
     calls = []
-    computed = qfx._kernels._computed_weights
-    monkeypatch.setattr(qfx._kernels, "_computed_weights", lambda *a: calls.append(a[:2]) or computed(*a))
+    computed = qfx._statevector._reductions._computed_weights
+    monkeypatch.setattr(
+        qfx._statevector._reductions, "_computed_weights", lambda *a: calls.append(a[:2]) or computed(*a)
+    )
     value = qfx.expval(qfx.Circuit([], n), obs, initial_state=psi)
     assert calls
     expected = np.real(np.vdot(psi, ref.observable_matrix(obs, n) @ np.asarray(psi)))
     assert float(value) == pytest.approx(expected, abs=1e-5)
     all_wires = tuple(range(n))
     for group, wires in calls + [(tuple(qfx.PauliWord(w).word for w in words), all_wires)]:
-        stored = np.stack([qfx._kernels._word_weights(word, wires) for word in group])
+        stored = np.stack([qfx._statevector._reductions._word_weights(word, wires) for word in group])
         np.testing.assert_array_equal(computed(group, wires, jnp.complex64), stored.astype(np.complex64))
 
 

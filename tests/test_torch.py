@@ -21,8 +21,8 @@ torch = pytest.importorskip("torch")
 import torch.autograd.forward_ad as fwad  # noqa: E402 - needs torch, so after the importorskip
 from torch.testing._internal.two_tensor import TwoTensor  # noqa: E402 - a wrapper subclass
 
-from qfx._torch_bridge import _PACK_MAX_BYTES, Bridge, _cpu_argument, _cuda_paths, _fast_paths  # noqa: E402
 import qfx.torch as qt  # noqa: E402
+from qfx.torch._bridge import _PACK_MAX_BYTES, Bridge, _cpu_argument, _cuda_paths, _fast_paths  # noqa: E402
 
 DIFF_METHODS = [qfx.diff.Backprop(), qfx.diff.Adjoint(), qfx.diff.ParameterShift(), qfx.diff.FiniteDiff()]
 
@@ -141,7 +141,7 @@ _PLACEMENT_SCRIPT = """
 import jax, jax.numpy as jnp, numpy as np, torch
 cpu0, cpu1 = jax.devices("cpu")
 jax.config.update("jax_default_device", cpu1)  # stands in for a GPU that JAX prefers
-from qfx import _torch_bridge as bridge
+from qfx.torch import _bridge as bridge
 import qfx.torch as qt
 seen = []  # the devices of every array the bridge hands to torch
 real, (to_jax, to_torch) = bridge.jax_to_tensor, bridge._fast_paths()

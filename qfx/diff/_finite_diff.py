@@ -5,8 +5,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._custom_types import is_concrete, is_key
-from .._kernels import run
+from .._checks import is_concrete, is_key
+from .._custom_types import complex_dtype
 from ._base import AbstractDiffMethod, check_batch_size, check_gates_only
 from ._shifts import chunk_size, shifted_jvp
 
@@ -78,18 +78,19 @@ class FiniteDiff(AbstractDiffMethod):
             )
         return ((0.5 / h, h), (-0.5 / h, -h))
 
-    def __call__(self, measure, circuit, initial_state, args):
-        check_gates_only(circuit.ops, "FiniteDiff")
-        n = circuit.num_wires
+    def __call__(self, backend, measurement, circuit, initial_state, args):
+        check_gates_only(self, measurement, circuit)
         params, params_static = eqx.partition(circuit, eqx.is_inexact_array)
         args_diff, args_rest = eqx.partition(args, eqx.is_inexact_array)
         args_arrays, args_static = eqx.partition(args_rest, eqx.is_array)
-        chunk = chunk_size(2**n * initial_state.dtype.itemsize, self.batch_size)
-        state_dtype = initial_state.dtype  # read here: the JVP rule must not close over a traced state
+        chunk = chunk_size(backend.evaluation_bytes(circuit), self.batch_size)
+        # Read here: the JVP rule must not close over a traced state. Without one, the default dtype.
+        state_dtype = complex_dtype() if initial_state is None else initial_state.dtype
 
         def evaluate(params, psi0, args_diff, args_arrays):
-            psi = run(eqx.combine(params, params_static).ops, psi0, n)
-            return measure(psi, eqx.combine(args_diff, args_arrays, args_static))
+            c = eqx.combine(params, params_static)
+            a = eqx.combine(args_diff, args_arrays, args_static)
+            return measurement.post(backend.evaluate(measurement, c, psi0, a))
 
         differenced = jax.custom_jvp(evaluate)
 

@@ -5,10 +5,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array
 
+from .._checks import is_key
 from .._circuit import Repeat
-from .._custom_types import is_key
-from .._kernels import run
-from ._base import AbstractDiffMethod, Expectation, check_batch_size, check_gates_only
+from ._base import AbstractDiffMethod, check_batch_size, check_gates_only
 from ._shifts import check_rules, chunk_size, is_zero, leaves_with_zeros, shifted_jvp
 
 # Folded into every key before the evaluation number, so shifted evaluations never reuse the keys that
@@ -58,11 +57,15 @@ def _gate_rules(params) -> tuple[list, list]:
     return rules, owners
 
 
-_NOT_LINEAR = (
-    "qfx.diff.ParameterShift() differentiates measurements that are linear in |psi><psi| (qfx.expval, "
-    "qfx.probs, qfx.density_matrix, and qfx.var through its moments); this one (e.g. qfx.state) is not, "
-    "so a shift rule would give a wrong derivative. Use diff=qfx.diff.Adjoint() or qfx.diff.Backprop()."
-)
+def _not_linear(name: str) -> str:
+    return (
+        "qfx.diff.ParameterShift() differentiates measurements that are linear in |psi><psi| (qfx.expval, "
+        f"qfx.probs, qfx.density_matrix, and qfx.var through its moments); qfx.{name} is not (a state or "
+        "an amplitude is not), so a shift rule would give a wrong derivative. Use diff=qfx.diff.Adjoint(), "
+        "qfx.diff.Backprop() or qfx.diff.FiniteDiff()."
+    )
+
+
 _INITIAL_STATE = (
     "qfx.diff.ParameterShift() has no shift rule for initial_state. Differentiate with respect to gate "
     "parameters and observables only (e.g. pass jax.lax.stop_gradient(state)), or use "
@@ -90,9 +93,9 @@ class ParameterShift(AbstractDiffMethod):
     chunks then run in a `lax.while_loop`, which reverse-over-reverse, `jax.grad` of `jax.grad`, cannot
     differentiate: JAX raises its error on while loops).
 
-    It applies to measurements linear in `|psi><psi|` (marked `qfx.diff.Expectation`: `expval`,
-    `probs`, `density_matrix`) and to `var` (shifts of `<O^2>` and `<O>`), not to `qfx.state`, and not to
-    `initial_state`: those raise an error when differentiated.
+    It applies to measurements linear in `|psi><psi|` (`expval`, `probs`, `density_matrix`) and to `var`
+    (shifts of `<O^2>` and `<O>`), not to `qfx.state` or `qfx.amplitude`, and not to `initial_state`:
+    those raise an error when differentiated.
 
     **Arguments:**
 
@@ -111,22 +114,17 @@ class ParameterShift(AbstractDiffMethod):
     def __check_init__(self):
         check_batch_size("ParameterShift", self.batch_size)
 
-    def __call__(self, measure, circuit, initial_state, args):
-        check_gates_only(circuit.ops, "ParameterShift")
-        n = circuit.num_wires
-        if isinstance(measure, Expectation):
-            fn, post, linear = measure.fn, measure.post, True
-        else:
-            fn, post, linear = measure, None, False
+    def __call__(self, backend, measurement, circuit, initial_state, args):
+        check_gates_only(self, measurement, circuit)
         params, params_static = eqx.partition(circuit, eqx.is_inexact_array)
         args_diff, args_rest = eqx.partition(args, eqx.is_inexact_array)
         args_arrays, args_static = eqx.partition(args_rest, eqx.is_array)
         rules, owners = _gate_rules(params)
-        chunk = chunk_size(2**n * initial_state.dtype.itemsize, self.batch_size)
+        chunk = chunk_size(backend.evaluation_bytes(circuit), self.batch_size)
 
         def evaluate(params, psi0, args_diff, args_arrays):
-            psi = run(eqx.combine(params, params_static).ops, psi0, n)
-            return fn(psi, eqx.combine(args_diff, args_arrays, args_static))
+            c = eqx.combine(params, params_static)
+            return backend.evaluate(measurement, c, psi0, eqx.combine(args_diff, args_arrays, args_static))
 
         shifted = jax.custom_jvp(evaluate)
 
@@ -137,9 +135,9 @@ class ParameterShift(AbstractDiffMethod):
         def jvp(primals, tangents):
             params, psi0, args_diff, args_arrays = primals
             t_params, t_psi0, t_args, _ = tangents
-            if not linear:
-                raise ValueError(_NOT_LINEAR)
-            if not is_zero(t_psi0):
+            if not measurement.linear:
+                raise ValueError(_not_linear(measurement.name))
+            if not all(is_zero(t) for t in leaves_with_zeros(t_psi0)):
                 raise ValueError(_INITIAL_STATE)
             check_rules(
                 t_params,
@@ -174,7 +172,7 @@ class ParameterShift(AbstractDiffMethod):
                 shifted,
                 primals,
                 tangents,
-                (rules, [None], no_rules, []),
+                (rules, [None] * len(jax.tree.leaves(psi0)), no_rules, []),
                 reseed,
                 chunk,
                 loop="while" if keyed else "scan",
@@ -184,5 +182,4 @@ class ParameterShift(AbstractDiffMethod):
             return out, t_out
 
         shifted.defjvp(jvp, symbolic_zeros=True)
-        out = shifted(params, initial_state, args_diff, args_arrays)
-        return out if post is None else post(out, args)
+        return measurement.post(shifted(params, initial_state, args_diff, args_arrays))

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, PyTree
 import numpy as np
 
+from .._coordinates import from_real_coordinates, real_coordinates
 from .._custom_types import EXACT
 
 # A rule for one real coordinate: terms (coefficient, shift) with df/dx = sum_k c_k f(x + s_k).
@@ -43,23 +44,6 @@ def check_rules(t_params: PyTree, rules, owners, advice: str) -> None:
 def instantiate(tangent: PyTree, primal: PyTree) -> PyTree:
     """Replaces symbolic zeros by zero arrays."""
     return jax.tree.map(lambda t, p: jnp.zeros_like(p) if is_zero(t) else t, tangent, primal, is_leaf=is_zero)
-
-
-def real_coordinates(x: Array) -> Array:
-    """A leaf as a flat real vector: its entries, or for a complex leaf their real then imaginary parts."""
-    x = jnp.ravel(x)  # jnp: a leaf may be a Python number (an eqx.tree_at edit)
-    return jnp.concatenate([jnp.real(x), jnp.imag(x)]) if jnp.iscomplexobj(x) else x
-
-
-def from_real_coordinates(v: Array, like: Array) -> Array:
-    """The inverse of `real_coordinates`, in the shape and dtype of `like`."""
-    like = jnp.asarray(like)
-    if jnp.iscomplexobj(like):
-        half = v.shape[0] // 2
-        real = v[:half].astype(like.real.dtype)
-        imag = v[half:].astype(like.real.dtype)
-        return jax.lax.complex(real, imag).reshape(like.shape)
-    return v.astype(like.dtype).reshape(like.shape)
 
 
 def map_in_chunks(fn: Callable, xs: tuple[Array, ...], chunk: int, *, loop: str = "scan") -> Array:

@@ -18,8 +18,9 @@ A circuit with measurements runs in one of two modes, chosen by `mcm=` on the me
   measurement), so loops and while loops keep a fixed shape; memory `2**num_measurements * 4**num_wires`.
 The classical record starts at all zeros: an outcome read before its measurement has run is 0.
 
-They are simulated by `qfx/_control_run.py`, which `qfx.state`, `qfx.probs`, ... call for circuits
-holding them; circuits without them never go there.
+They are run by the traversal (`qfx/_control/_traversal.py`), which hands each step to a backend's
+simulator (`qfx/_statevector/_simulators.py`) when `qfx.state`, `qfx.probs`, ... get circuits holding
+them; circuits without them never go there.
 """
 
 import abc
@@ -32,9 +33,10 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
 import numpy as np
 
-from ._circuit import Circuit, Repeat, check_parameter_shapes, relabel_circuit, relabel_ops
-from ._custom_types import as_dtype, as_leaf, as_numeric, real_dtype, static_bit, static_count
-from ._gates import AbstractOperation
+from .._checks import as_dtype, as_leaf, as_numeric, static_bit, static_count
+from .._circuit import Circuit, Repeat, check_parameter_shapes, relabel_circuit, relabel_ops
+from .._custom_types import real_dtype
+from .._gates import AbstractOperation
 
 # --- measurement identity -----------------------------------------------------------------------------
 
@@ -43,8 +45,9 @@ from ._gates import AbstractOperation
 # alike would differ, and compile twice). So a `Circuit` numbers the measurements it holds 0, 1, 2, ... in
 # order of first appearance (`relabel`), and that number, the `id`, is what static structure compares.
 # The token travels with the id inside a `_Link`, which equals every other link: the runner
-# (`qfx/_control_run.py`) tells measurements apart by token, so the numbers given by different circuits (a
-# branch's, a loop body's) never get mixed up. No global counter: nothing global changes when measuring.
+# (`_program.Program`, `_traversal.traverse`) tells measurements apart by token, so the numbers given by
+# different circuits (a branch's, a loop body's) never get mixed up. No global counter: nothing global
+# changes when measuring.
 
 
 class _Token:
@@ -241,16 +244,16 @@ def _format(expr: tuple) -> str:
     return f"({a} {_SYMBOLS[kind]} {b})"
 
 
-def _expr_refs(expr: tuple) -> list[tuple]:
+def expr_refs(expr: tuple) -> list[tuple]:
     """The measurements an expression reads, as `("m", id, link)` leaves."""
     if expr[0] == "m":
         return [expr]
     if expr[0] == "const":
         return []
-    return [r for e in expr[1:] for r in _expr_refs(e)]
+    return [r for e in expr[1:] for r in expr_refs(e)]
 
 
-def _evaluate(expr: tuple, bit: Callable[[_Token], Array]) -> Array:
+def evaluate(expr: tuple, bit: Callable[[_Token], Array]) -> Array:
     """The int32 value of an expression, given each measurement's outcome (by token) as an int32 array."""
     kind = expr[0]
     if kind == "m":
@@ -258,8 +261,8 @@ def _evaluate(expr: tuple, bit: Callable[[_Token], Array]) -> Array:
     if kind == "const":
         return jnp.asarray(expr[1], jnp.int32)
     if kind == "bool":
-        return (_evaluate(expr[1], bit) != 0).astype(jnp.int32)
-    a, b = (_evaluate(e, bit) for e in expr[1:])
+        return (evaluate(expr[1], bit) != 0).astype(jnp.int32)
+    a, b = (evaluate(e, bit) for e in expr[1:])
     return _BINARY[kind](a, b).astype(jnp.int32)
 
 

@@ -1,6 +1,6 @@
 """The machinery behind `qfx.torch`: tensors across by DLPack, JAX functions as `torch.autograd.Function`s.
 
-Imported only by `qfx/torch.py`; `import qfx` never imports this module (nor torch).
+Imported only by `qfx/torch/__init__.py`; `import qfx` never imports this module (nor torch).
 
 **Tensors cross by DLPack, without copying when they can.** Torch -> JAX is zero-copy for a contiguous
 tensor on a device JAX sees, whose buffer is 64-byte aligned (every tensor torch allocates is; a slice that
@@ -78,12 +78,12 @@ _DLPACK_CUDA = 2  # DLDeviceType.kDLCUDA
 def _fast_paths() -> tuple[Any, Any]:
     """The CPU converters, checked once on a probe tensor.
 
-    `jax.dlpack.from_dlpack` costs about 65 us per CPU tensor (it discovers that a CPU device has no
-    stream by raising and catching an error, then re-wraps the array with `jnp.asarray`); the extension
-    function it calls costs about 10 us. The bridge calls that function directly for CPU tensors when it
-    exists with the expected signature and a probe round trip is zero-copy and exact; otherwise it falls
-    back to the public functions. GPU tensors always go through the public functions, which handle
-    streams.
+    `jax.dlpack.from_dlpack` is slow on CPU tensors (it discovers that a CPU device has no stream by
+    raising and catching an error, then re-wraps the array with `jnp.asarray`); the extension function it
+    calls does neither, at a fraction of the cost (see README.md). The bridge calls that function
+    directly for CPU tensors when it exists with the expected signature and a probe round trip is
+    zero-copy and exact; otherwise it falls back to the public functions. GPU tensors always go through
+    the public functions, which handle streams.
     """
     to_jax = to_torch = None
     if _jax_ext is None:  # pragma: no cover
@@ -151,13 +151,13 @@ def _placement(tensors) -> tuple[contextlib.AbstractContextManager, jax.Device |
 def _cuda_paths(index: int) -> tuple[Any, Any]:
     """The converters for CUDA tensors on device `index`, checked once on a probe tensor, or (None, None).
 
-    On an H100 machine the public functions cost ~115 us per tensor torch -> JAX (torch's `__dlpack__`
-    orders the streams in Python, JAX re-wraps the array) and ~15-23 us JAX -> torch; this path ~50 and ~5
-    us (`benchmarks/README.md`). The streams are ordered as the public functions order them. Import: JAX's
-    stream for external producers is made to wait for torch's current stream (an event), and is handed to
-    PJRT, which appends to it the event JAX waits for before it reads the buffer. Export: JAX makes torch's
-    current stream wait until the buffer is written. So torch work queued before a call is seen by it, and
-    torch work queued after it sees its results.
+    The public functions do more per tensor (torch's `__dlpack__` orders the streams in Python, JAX
+    re-wraps the array), which this path skips (measurements: README.md, `benchmarks/README.md`). The
+    streams are ordered as the public functions order them. Import: JAX's stream for external producers
+    is made to wait for torch's current stream (an event), and is handed to PJRT, which appends to it the
+    event JAX waits for before it reads the buffer. Export: JAX makes torch's current stream wait until
+    the buffer is written. So torch work queued before a call is seen by it, and torch work queued after
+    it sees its results.
     """
     current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     device = _gpu_device(index)
@@ -234,8 +234,8 @@ def tensor_to_jax(t: torch.Tensor) -> jax.Array:
 
 
 # CPU tensors of at most this many bytes enter a jitted call as NumPy views, which the call copies into
-# JAX buffers: for small tensors that is cheaper than importing them by DLPack (about 5 against 15 us a
-# tensor, measured in a training loop; see `benchmarks/torch_overhead.py`). Larger ones cross zero-copy.
+# JAX buffers: for small tensors that is cheaper than the fixed cost of a DLPack import (measured in a
+# training loop: README.md, `benchmarks/torch_overhead.py`). Larger ones cross zero-copy.
 _COPY_MAX_BYTES = 1 << 16
 
 
@@ -396,9 +396,9 @@ class _Kept:
         return cls(arrays, how)
 
 
-# Residuals of at least this many bytes cross the `jit` boundary as they are: each buffer costs ~1 us of
-# dispatch, while packing copies it (a 4-qubit circuit at batch 1024 keeps 6.5 MB of states, whose
-# concatenation took the forward from 0.73 to 1.37 ms; `benchmarks/torch_overhead.py`).
+# Residuals of at least this many bytes cross the `jit` boundary as they are: each buffer costs a small,
+# fixed dispatch, while packing copies it, which for large residuals (a batch's states) costs far more
+# (README.md, `benchmarks/torch_overhead.py`).
 _PACK_MAX_BYTES = 1 << 14
 
 
@@ -500,23 +500,23 @@ class Bridge:
     ones packed into one buffer per dtype; a first-order backward applies them in one more compiled call,
     without running the forward again. A backward under `create_graph=True` (and any backward inside
     `torch.func`) instead calls the VJP bridge, which re-runs the forward inside one compiled call: a function
-    of the torch inputs, so torch can differentiate it again. For a 4-qubit circuit at batch 1024 the two
-    compiled calls of the kept path take ~1.07x one fused `jax.value_and_grad` (0.73 + 2.11 ms against 2.65
-    ms), where re-running the forward in the backward would take ~1.2x (see `benchmarks/torch_overhead.py`).
+    of the torch inputs, so torch can differentiate it again. The kept path's two compiled calls cost
+    little more than one fused `jax.value_and_grad`, and less than re-running the forward in the backward
+    would (measurements: README.md, `benchmarks/torch_overhead.py`).
     """
 
     def __init__(self, flat_fn: Callable, jit: bool):
         self.flat_fn = flat_fn
         self.jit = jit
         # jax.jit compiles once per input shape, dtype and device (and per JAX config, e.g. x64 mode) and
-        # caches. (An AOT-compiled executable per shape would save ~3 us a call but would silently ignore
-        # later config changes.)
+        # caches. (An AOT-compiled executable per shape would save a little dispatch on each call but
+        # would silently ignore later config changes; see README.md.)
         self.call = jax.jit(flat_fn) if jit else flat_fn
         self._vjps: dict[tuple, Bridge] = {}
         self._keeps: dict[tuple[bool, ...], Callable] = {}
         # A closure per bridge, not `jax.jit(_pull_kept)`: JAX caches compilations per function, and the
         # module-level function would keep every bridge's (whose static part holds the pullback's jaxpr)
-        # for the life of the process, ~1.5 MiB per TorchLayer ever made.
+        # for the life of the process, for every TorchLayer ever made (see README.md).
         self._pull_kept = jax.jit(lambda kept, *cts: _pull_kept(kept, *cts)) if jit else _pull_kept
         self._jvps: dict[tuple[bool, ...], Bridge] = {}
         self._vmaps: dict[tuple[int | None, ...], Bridge] = {}
@@ -528,7 +528,8 @@ class Bridge:
 
         Outside `torch.func` transforms, torch's Python `Function.apply` binds the arguments to the
         signature of `forward` (no defaults here), unwraps dead functorch wrappers and calls the C++
-        `apply`; doing the same directly saves ~15 us a call. Inside transforms it is called as is.
+        `apply`; doing the same directly skips its general-purpose Python path (see README.md). Inside
+        transforms it is called as is.
         """
         if self._c_apply is None or _transforms_active():
             return self.function.apply(*tensors)
@@ -543,7 +544,7 @@ class Bridge:
                     _handoff.needs = _handoff.kept = None
         if not _dual_level():
             # Nothing to record (no graph, no dual tensors outside a `dual_level`): the autograd node
-            # would be dropped at once, so the forward runs without it (~30 us less a call).
+            # would be dropped at once, so the forward runs without making it (see README.md).
             return self.forward(*tensors)
         return self._c_apply(*tensors)
 
@@ -699,8 +700,9 @@ def _dual_level() -> bool:
 
 
 def _make_function(bridge: Bridge) -> type[torch.autograd.Function]:
-    # The methods that run JAX are `torch.compiler.disable`d (~0.4 us a call): under `torch.compile`, the
-    # `torch.func` transforms call them from frames TorchDynamo would otherwise trace, into JAX itself.
+    # The methods that run JAX are `torch.compiler.disable`d (a negligible cost a call): under
+    # `torch.compile`, the `torch.func` transforms call them from frames TorchDynamo would otherwise trace,
+    # into JAX itself.
     class JaxFunction(torch.autograd.Function):
         @staticmethod
         @torch.compiler.disable
@@ -764,6 +766,6 @@ def _make_function(bridge: Bridge) -> type[torch.autograd.Function]:
             return outs, (0,) * len(outs)
 
     # Under torch.func transforms, torch's `Function.apply` binds the arguments with
-    # `inspect.signature(forward)` on every call (about 15 us); a precomputed signature is nearly free.
+    # `inspect.signature(forward)` on every call, which is slow; a precomputed signature is nearly free.
     JaxFunction.forward.__signature__ = inspect.signature(JaxFunction.forward)
     return JaxFunction

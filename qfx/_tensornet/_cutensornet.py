@@ -55,7 +55,7 @@ from jaxtyping import Array
 import numpy as np
 import opt_einsum
 
-from ._custom_types import EXACT
+from .._custom_types import EXACT
 
 _INSTALL = (
     "pip install 'qfx[gpu]' (cuquantum-python-cu12 and cupy-cuda12x; on CUDA 13: "

@@ -15,7 +15,7 @@ import qfx.torch  # imports torch; `import qfx` alone never does
 64-byte aligned, tensors with a lazy conjugate / negative bit, outputs that alias an input, outputs of an
 untraced (`jit=False`) function, and small CPU inputs (at most 64 KiB) of a call, which are cheaper to copy
 than to import; see
-`qfx/_torch_bridge.py` for the rules and why they keep JAX's immutability.
+`qfx/torch/_bridge.py` for the rules and why they keep JAX's immutability.
 
 **Devices.** A call runs where its input tensors are and returns its results there: CUDA tensors on their
 GPU (torch's current stream and JAX's are ordered both ways, so nothing waits on the host), CPU tensors on
@@ -37,8 +37,8 @@ call's outputs as constants. With torch < 2.12, `torch.func.vjp` and `jacrev` of
 
 **CPU threads.** torch's OpenMP workers busy-wait for a while after each parallel op, competing with XLA's
 threads for the same cores; with small classical layers, `torch.set_num_threads(1)` (or
-`OMP_WAIT_POLICY=PASSIVE` in the environment) made hybrid training steps ~30x faster on a busy 2-core
-machine.
+`OMP_WAIT_POLICY=PASSIVE` in the environment) made hybrid training steps many times faster on a busy
+machine (see `qfx/torch/README.md`).
 """
 
 from collections.abc import Callable, Mapping, Sequence
@@ -51,8 +51,8 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from ._straight_through import straight_through_argmax as _jax_straight_through_argmax
-from ._torch_bridge import Bridge, check_tensor, jax_to_tensor, tensor_to_jax
+from .._straight_through import straight_through_argmax as _jax_straight_through_argmax
+from ._bridge import Bridge, check_tensor, jax_to_tensor, tensor_to_jax
 
 try:  # torch >= 2.3; older ones are not refused under make_fx tracing
     from torch.fx.experimental.proxy_tensor import get_proxy_mode

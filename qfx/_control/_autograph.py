@@ -32,9 +32,9 @@ from malt.operators import variables as malt_variables
 from malt.pyct import errors as malt_errors, origin_info
 import numpy as np
 
-from ._control import MeasurementValue, MidMeasure, cond, for_loop, while_loop
-from ._custom_types import is_concrete
-from ._gates import AbstractOperation
+from .._checks import is_concrete
+from .._gates import AbstractOperation
+from ._operations import MeasurementValue, MidMeasure, cond, for_loop, while_loop
 
 _F = TypeVar("_F")
 

@@ -28,18 +28,15 @@ import jax.numpy as jnp
 from jaxtyping import Array
 import numpy as np
 
-from ._custom_types import complex_dtype
-from ._gates import AbstractGate, AbstractOperation
+from .._custom_types import complex_dtype
+from .._gates import AbstractGate, AbstractOperation
 
 # Structured two-qubit gates (CNOT, CZ, SWAP, controlled rotations) are absorbed into dense blocks on
-# states of at most this many qubits: none. Absorbing them once won at n = 4 (HEA(4, 10) value_and_grad
-# 0.31 vs 0.41 ms) and lost from n = 5 on; since one-qubit gates on different wires are paired
-# (`pair_one_qubit`) it loses at n <= 4 too (2-core CPU, one process, min of 9 rounds, absorbed -> not:
-# HEA(n, 10) value_and_grad n = 2 219 -> 55 us, n = 3 239 -> 147 us, n = 4 226 -> 167 us; 1024 vmapped
-# HEA(4, 4) forward 2.9 -> 1.1 ms, gradient 13.6 -> 5.9 ms, where the transpose of the block products'
-# gather is a scatter into a zero-filled buffer), and compiles faster. One circuit of controlled rotations
-# lost (256 vmapped gradients of Rot + CRX layers on 4 wires: 4.9 -> 6.5 ms); on 2 wires it gained (2.2 ->
-# 1.1 ms).
+# states of at most this many qubits: none. Absorbing them once won at n = 4 and lost from n = 5 on;
+# since one-qubit gates on different wires are paired (`pair_one_qubit`) it loses at n <= 4 too, where
+# the transpose of the block products' gather is a scatter into a zero-filled buffer, and not absorbing
+# compiles faster. One circuit of controlled rotations lost on 4 wires and gained on 2. (Measurements:
+# README.md.)
 ABSORB_STRUCTURED_MAX_WIRES = 0
 
 
@@ -97,25 +94,21 @@ class PairedGate(_DerivedGate):
 
 class KronLayer:
     """A run of dense one-qubit gates on distinct wires (they commute), covering at least half the wires;
-    made by `kron_layers` inside `_kernels.run`, applied by `_kernels.apply_kron_layer`: gate by gate when
+    made by `kron_layers` inside `_pipeline.run`, applied by `_kronlayer.apply_kron_layer`: gate by gate when
     evaluated, and differentiated as a few matrix products, one per group of `sizes` consecutive wires
     (the Kronecker product of the group's matrices; identity on wires without a gate). A plain object that
-    lives only inside a trace, like `_kernels.Staircase`."""
+    lives only inside a trace, like `_staircase.Staircase`."""
 
     def __init__(self, gates: list, sizes: tuple[int, ...]):
         self.gates, self.sizes = gates, sizes
 
 
 # Wires per matrix product of a `KronLayer` (a 2**KRON_GROUP square matrix) and the smallest state that
-# gets them. Measured on a 2-core CPU (HEA, L = 10, jit(value_and_grad), fresh processes alternated,
-# first call / steady state, without -> with): n = 10 1.12-1.14 s / 791-934 us -> 0.94-1.03 s / 710-721
-# us; n = 12 1.02-1.16 s / 2.51-2.64 ms -> 1.04-1.17 s / 1.87-1.90 ms; n = 14 2.05-2.16 s / 7.9-8.3 ms ->
-# 1.16-1.19 s / 7.5-7.6 ms; n = 16 2.40-2.52 s / 22.9-24.2 ms -> 1.22-1.34 s / 19.0-19.5 ms; n = 20
-# 3.87-4.23 s / 566-685 ms -> 1.76-1.96 s / 441-591 ms. Groups of 3 compile and run about alike (n = 20:
-# 2.02-2.12 s / 409-448 ms), of 5 run slower (n = 16: 25-26 ms), of 2 much slower forwards (n = 20, all
-# products: 126-143 ms against 61-63 ms elementwise). At n = 9 the steady state was slower (463-496 ->
-# 517-654 us). Evaluation alone keeps the elementwise passes: as products, the forward pass of n = 20 took
-# 87-103 ms against 61-66 ms.
+# gets them. Differentiated as products, a layer compiles to far fewer kernels (library calls rather than
+# fused loops, see `_kronlayer._kron_layer`), so the first call is shorter, and from 10 qubits on the
+# steady state is faster too; at 9 it was slower. Groups of 3 compile and run about alike, of 5 run
+# slower, of 2 give much slower forwards. Evaluation alone keeps the elementwise passes, which are faster
+# forwards than the products. (Measurements: README.md.)
 KRON_GROUP = 4
 KRON_MIN_WIRES = 10
 
@@ -153,14 +146,12 @@ def _dense_one_qubit(op) -> bool:
 
 def pair_one_qubit(ops: list) -> list:
     """`ops` with each two consecutive dense one-qubit gates on different wires as one `PairedGate` (they
-    commute, so the pair is exact). Where it pays is the caller's choice: `_kernels.run` on states of at
-    most `PAIR_MAX_WIRES` qubits, the adjoint's walk on large states (`qfx/diff/_adjoint.py`).
+    commute, so the pair is exact). Where it pays is the caller's choice: `_pipeline.run` on states of at
+    most `PAIR_MAX_WIRES` qubits, the adjoint's walk on large states (`_walk.py`).
 
-    Measured for `run` on a 2-core CPU (same process, min-median): HEA(8, 4) forward over 1024 parameter
-    sets under vmap 8.97-9.08 -> 7.32-7.61 ms, a single HEA(8, 10) forward 134-166 -> 116-136 us;
-    value_and_grad unchanged (batched 42.6-44.5 vs 43.2-44.1 ms), as the JVP runs two gates (see
-    `PairedGate`). Pairing the matrices themselves, gradients included, made gradients slower (batched
-    42-45 -> 57-60 ms, HEA(8, 10) 324 -> 386 us).
+    For `run`, a pair is one pass over the state instead of two, which speeds up forward passes;
+    value_and_grad is unchanged, as the JVP runs two gates (see `PairedGate`). Pairing the matrices
+    themselves, gradients included, made gradients slower. (Measurements: README.md.)
     """
     out, i = [], 0
     while i < len(ops):
@@ -176,13 +167,10 @@ def pair_one_qubit(ops: list) -> list:
 
 
 # A run of at least this many consecutive permutation gates (CNOT, SWAP, X) on a state of at least this
-# many qubits is applied as one gather (`Permutation`). Measured on a 2-core CPU (HEA, L = 10): n = 14
-# backprop value_and_grad 18.2 -> 14.0 ms, n = 16 54.6 -> 35.4 ms, forward 12.5 -> 7.2 ms; at n = 12 a
-# wash (the ladder is a staircase there). From 8 qubits the one gather also beats the staircase's loop
-# steps (n = 8, same script, two runs: value_and_grad 1.04-1.11 -> 0.61-0.82 ms; 1024 parameter sets under
-# vmap: forward 10.4-12.0 -> 8.1-10.2 ms, value_and_grad 79-102 -> 73-88 ms; n = 10: 1.44-1.59 -> 1.04-1.35
-# ms; n = 12: value_and_grad a wash, forward 0.82-0.91 -> 1.18-1.38 ms; n = 6, where the 5-gate ladder is
-# unrolled: mixed). Gather indices are int32, hence at most 30 qubits.
+# many qubits is applied as one gather (`Permutation`): one pass over the state instead of one per gate.
+# From 8 qubits the one gather also beats the staircase's loop steps; at 12 qubits it is about a wash, and
+# at 6, where the ladder is unrolled, mixed. (Measurements: README.md.) Gather indices are int32, hence at
+# most 30 qubits.
 PERMUTATION_MIN_RUN = 4
 PERMUTATION_MIN_WIRES = 8
 _PERMUTATION_MAX_WIRES = 30
@@ -210,9 +198,8 @@ class Permutation(AbstractGate):
     The run maps basis state |x> to |A x ^ b> over GF(2), so the state after it is `out[y] = in[g(y)]` with
     g affine too. It is applied as one gather (`_kernels.apply_permutation_run`), whose index is
     `g(y) = high[y >> m] ^ low[y & (2**m - 1)]`: two tables of about 2**(n/2) entries each, computed at
-    trace time, instead of an index per amplitude. Measured for a CNOT ladder on 20 qubits (2-core CPU):
-    19 passes of 9.3 ms in all against one gather of 2.0-2.5 ms; reverse mode (a scatter) 84 ms against
-    2.5-3.9 ms.
+    trace time, instead of an index per amplitude. One gather replaces a pass per gate, forwards and in
+    reverse mode (measurements: README.md).
     """
 
     steps: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = eqx.field(static=True)
@@ -285,19 +272,18 @@ def computed_once(x: Array) -> Array:
 
     XLA's CPU fusion pulls the scalar work that makes a parameterised diagonal (`exp(-i theta / 2)`: a
     sine and a cosine per entry) into the loop that multiplies a state (or a fused diagonal) by its
-    broadcast, and so redoes it for every amplitude: RZ on 20 qubits took 2.1-3.3 ms, IsingZZ 3.3-5.2 ms,
-    against a 0.3 ms copy (`benchmarks/bandwidth.py`). A sum over a stacked zero is a reduction, which that
-    fusion does not merge into an elementwise consumer: 0.23-0.38 ms. Constants (CZ, S, T) fold as before.
+    broadcast, and so redoes it for every amplitude: a diagonal gate then took many times a copy of the state
+    (`benchmarks/bandwidth.py`). A sum over a stacked zero is a reduction, which that fusion does not merge
+    into an elementwise consumer: about one copy's time (measurements: README.md). Constants (CZ, S, T)
+    fold as before.
     """
     return jnp.sum(jnp.stack([x, jnp.zeros_like(x)]), axis=0)
 
 
 # Consecutive diagonal gates are multiplied into one diagonal over the union of their wires while that
 # union has at most this many wires (a `2**k` vector, computed from the gates' leaves). Applied one by one,
-# XLA fused a run of them into one loop whose broadcasts over different wires cost ~100x a pass: QAOA
-# layers (IsingZZ on every edge of a ring and a skip ring, then RX) on 20 qubits, L = 4, value_and_grad
-# 2553 -> 275 ms, forward 271 -> 101 ms; n = 16 98 -> 9.7 ms; n = 4 and 8 unchanged or faster (2-core CPU,
-# one process, min of 7 to 200 calls).
+# XLA fused a run of them into one loop whose broadcasts over different wires cost far more than a pass;
+# merged, the run is one pass (measurements on QAOA layers: README.md).
 DIAGONAL_MAX_WIRES = 8
 
 
