@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import qfx
+from qfx import _roll
 from tests import reference as ref
 from tests.helpers import central_difference
 
@@ -151,3 +152,45 @@ def test_scanned_layers_equal_the_unrolled_circuit(circ, offsets):
     scanned = qfx.Circuit([qfx.H(0), qfx.Repeat(batch)], circ.num_wires)
     expected = ref.final_state(unrolled, ref.final_state(qfx.Circuit([qfx.H(0)], circ.num_wires)))
     np.testing.assert_allclose(qfx.state(scanned), expected, atol=2e-5)
+
+
+def _unrolled(ops) -> list:
+    out = []
+    for op in ops:
+        if isinstance(op, qfx.Repeat):
+            for i in range(op.length):
+                out += _unrolled(op.layer(i).ops)
+        else:
+            out.append(op)
+    return out
+
+
+@given(
+    st.data(),
+    st.integers(1, 3),
+    st.integers(0, 40),
+    st.integers(0, 3),
+)
+def test_rolling_is_lossless(data, n, layers, extra):
+    """A flat list of gates, rolled into `Repeat` blocks (`qfx/_roll.py`) and unrolled again, is the same
+    list: same gates, same wires, same leaves, in the same order; a list without a repeated layer is not
+    changed at all. The lists are random blocks repeated `layers` times between random prefixes and
+    suffixes, or random gates."""
+    block = data.draw(st.lists(gates(n), min_size=1, max_size=4))
+    repeated = [
+        jax.tree.map(
+            lambda x, k=k: x + 0.01 * k if jnp.issubdtype(jnp.result_type(x), jnp.floating) else x, op
+        )
+        for k in range(layers)
+        for op in block
+    ]
+    prefix = data.draw(st.lists(gates(n), max_size=extra))
+    suffix = data.draw(st.lists(gates(n), max_size=extra))
+    circ = qfx.Circuit(prefix + repeated + suffix, num_wires=n)
+    rolled = _roll.roll(circ)
+    again = qfx.Circuit(_unrolled(rolled.ops), num_wires=n)
+    assert jax.tree.structure(again) == jax.tree.structure(circ)
+    for a, b in zip(jax.tree.leaves(again), jax.tree.leaves(circ), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    if _roll._best_run(_roll._codes(circ.ops)) is None:
+        assert rolled is circ

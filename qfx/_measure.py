@@ -11,6 +11,7 @@ a keyword-only `key` with no default.
 from collections.abc import Sequence
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, PRNGKeyArray
 import numpy as np
@@ -37,6 +38,7 @@ from ._observables import (
     as_linear_combination,
     check_observable,
 )
+from ._roll import roll
 from ._sharding import with_auto_axes
 from ._statevector import StateVector, check_mcm
 from .diff import AbstractDiffMethod, Auto
@@ -73,7 +75,49 @@ def _measure(
         )
     backend = _backend_of(backend, mcm, measurement.name)
     psi0 = backend.prepare(measurement, circuit, initial_state)
-    return diff(backend, measurement, circuit, psi0, (payload, key))
+    try:
+        return _evaluate(diff, backend, measurement, circuit, psi0, (payload, key))
+    except TypeError as e:  # JAX's own errors about transformations: the method may say more
+        diff.explain(e)
+        raise
+
+
+def _evaluate(diff, backend, measurement, circuit, initial_state, args):
+    """The measurement of `circuit` (rolled, see `qfx/_roll.py`), by `diff` on `backend`; `diff=None`
+    evaluates without a derivative rule (`qfx.sample`).
+
+    Compiled once per structure where no `jax.jit` (or other staging transformation) already compiles it:
+    called eagerly, or under `jax.grad` or `jax.vmap` called eagerly, a second call on new values of one
+    structure reuses the program (`_compiled`). Inside the user's `jax.jit` it is traced in place, as
+    anything else there is."""
+    if _staged(jax.tree.leaves((circuit, initial_state, args))):
+        return _run(diff, backend, measurement, circuit, initial_state, args)
+    return _compiled(diff, backend, measurement, circuit, initial_state, args)
+
+
+def _run(diff, backend, measurement, circuit, initial_state, args):
+    circuit = roll(circuit)
+    if diff is None:  # drawn, not differentiated
+        return backend.evaluate(measurement, circuit, initial_state, args)
+    return diff(backend, measurement, circuit, initial_state, args)
+
+
+# Arrays are traced, everything else (the circuit's wires and gate kinds, the strategies' settings, shot
+# counts) is static and keys the cache, as `eqx.filter_jit` does. The cache is JAX's own:
+# `jax.clear_caches()` empties it. The checks that read concrete values ran before, in the entry point.
+_compiled = eqx.filter_jit(_run)
+
+
+def _staged(leaves) -> bool:
+    """Whether a leaf is traced by a staging transformation (`jax.jit`, `jax.make_jaxpr`, a loop body):
+    under `jax.grad` and `jax.vmap` the tracers carry values (primals, batches), under staging they do
+    not."""
+    for x in leaves:
+        while isinstance(x, jax.core.Tracer):
+            if "Jaxpr" in type(x).__name__:  # DynamicJaxprTracer, JaxprTracer
+                return True
+            x = getattr(x, "primal", None) if hasattr(x, "primal") else getattr(x, "val", None)
+    return False
 
 
 def _check_wires_in(circuit: Circuit, wires, what) -> None:
@@ -340,7 +384,7 @@ def sample(
     measurement = Sample(shots, wires)
     backend = _backend_of(backend, mcm, "sample")
     psi0 = backend.prepare(measurement, circuit, initial_state)
-    return backend.evaluate(measurement, circuit, psi0, (None, key))
+    return _evaluate(None, backend, measurement, circuit, psi0, (None, key))
 
 
 @with_auto_axes

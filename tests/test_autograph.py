@@ -454,11 +454,11 @@ def _while_break(x):
 
 
 def test_autograph_errors_name_the_line():
-    with pytest.raises(ValueError, match=r"test_control\.py:\d+: `for i in range\(n\):`.*`break`"):
+    with pytest.raises(ValueError, match=r"test_autograph\.py:\d+: `for i in range\(n\):`.*`break`"):
         jax.make_jaxpr(_with_break)(1.0, 5)
-    with pytest.raises(ValueError, match=r"test_control\.py:\d+: `for i in range\(n\):`.*`break`"):
+    with pytest.raises(ValueError, match=r"test_autograph\.py:\d+: `for i in range\(n\):`.*`break`"):
         jax.make_jaxpr(qfx.autograph(_break_with_else))(1.0, 5)
-    with pytest.raises(TypeError, match=r"test_control\.py:\d+: `if x > 0:`.*different types"):
+    with pytest.raises(TypeError, match=r"test_autograph\.py:\d+: `if x > 0:`.*different types"):
         jax.make_jaxpr(_different_types)(1.0)
     with pytest.raises(ValueError, match=r"`y` is not defined on every path"):
         jax.make_jaxpr(_one_branch)(1.0)

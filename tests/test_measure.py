@@ -467,7 +467,7 @@ def test_sample_indices_of_unnormalised_and_empty_distributions():
 def test_memory_guards_count_the_arrays_held(monkeypatch):
     # 24 KiB: one 11-wire complex64 state (16 KiB) fits, but simulating it holds two (each gate reads one
     # and writes the other); the check compared one state with the memory and let such sizes crash in XLA.
-    monkeypatch.setattr(_reductions, "_memory_limit_bytes", lambda: 3 * 2**10 * 8)
+    monkeypatch.setattr(qfx._memory, "memory_limit_bytes", lambda: 3 * 2**10 * 8)
     with pytest.raises(ValueError, match=r"A 11-wire simulation .* needs 32\.0 KiB \(2 x 2\*\*11 complex64"):
         qfx.state(qfx.Circuit([qfx.H(0)], num_wires=11))
     circ = qfx.Circuit([qfx.H(w) for w in range(10)])

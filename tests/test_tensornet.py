@@ -246,10 +246,9 @@ def test_paths_are_cached_and_new_parameters_do_not_recompile():
     assert misses == 2  # one network per Pauli word
     f(jax.tree.map(lambda x: x + 0.1, circ))
     assert len(traces) == 1
-    # Outside jit too, new parameters reuse the cached networks and paths.
+    # Outside jit too, new parameters reuse the cached networks and paths (or the compiled program).
     qfx.expval(jax.tree.map(lambda x: x * 0.5, circ), obs, backend=TN)
-    info = _network._expval_network.cache_info()
-    assert info.misses == misses and info.hits >= 2
+    assert _network._expval_network.cache_info().misses == misses
 
 
 def test_vmap_over_a_batch_of_circuits():
@@ -454,8 +453,9 @@ def test_errors():
         qfx.probs(circ, backend=TN, initial_state=jnp.asarray([1, 0, 0, 0.0]))
     with pytest.raises(ValueError, match="diff=Adjoint\\(\\) works on the state vector"):
         qfx.expval(circ, qfx.Z(0), backend=TN, diff=qfx.diff.Adjoint())
+    rotated = qfx.Circuit([qfx.RY(0.3, wires=0), *circ.ops])
     with pytest.raises(ValueError, match="qfx.amplitude is not .*an amplitude is not"):
-        jax.grad(lambda c: jnp.real(qfx.amplitude(c, "00", backend=TN, diff=qfx.diff.ParameterShift())))(circ)
+        jax.grad(lambda c: jnp.real(qfx.amplitude(c, "00", backend=TN, diff=qfx.diff.ParameterShift())))(rotated)
     with pytest.raises(ValueError, match="expected 2 bits"):
         qfx.amplitude(circ, [0, 1, 1])
     with pytest.raises(ValueError, match="bits must be 0 or 1, got \\[0, 2\\]"):

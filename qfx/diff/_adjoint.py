@@ -106,11 +106,13 @@ class Adjoint(AbstractDiffMethod):
         adjoint.defvjp(forward, backward)
         try:
             return adjoint(*walk.primals)
-        except TypeError as e:
-            # Raised here eagerly and under vmap; under jit JAX raises its own TypeError later.
-            if "forward-mode" in str(e):
-                raise TypeError(_FORWARD_MODE_MESSAGE) from e
+        except TypeError as e:  # raised here when the rule is traced under jax.jvp
+            self.explain(e)
             raise
+
+    def explain(self, error: Exception) -> None:
+        if isinstance(error, TypeError) and "forward-mode" in str(error) and str(error) != _FORWARD_MODE_MESSAGE:
+            raise TypeError(_FORWARD_MODE_MESSAGE) from error
 
 
 def adjoint_scalar(backend, measurement, circuit, initial_state, args):

@@ -55,3 +55,7 @@ class AbstractDiffMethod(eqx.Module):
     ) -> Array:
         """`measurement.post(backend.evaluate(measurement, circuit, initial_state, args))`, with
         derivatives (of any order, under any JAX transformation) given by this method."""
+
+    def explain(self, error: Exception) -> None:
+        """Raises a clearer error in place of `error`, a JAX error about a transformation of this method
+        (forward mode of a `jax.custom_vjp`, say), when there is one to give; otherwise returns."""

@@ -1,0 +1,93 @@
+"""Rolling: a flat list of gates with repeated structure becomes `Repeat` blocks, as `qfx.repeat` would.
+
+A circuit built in Python loops (`[qfx.RY(t[l, i], i) for l in range(L) for i in range(n)] + ...`) holds
+the same gate kinds on the same wires again and again. Unrolled, every gate is traced, fused and compiled
+on its own, so compile time grows with depth; as a `Repeat` block, one layer is compiled and run by
+`lax.scan`. This pass finds the period of such a list from static structure alone (gate types, wires,
+static fields, leaf shapes and dtypes, never values) and stacks the repeated layers' leaves, so every
+compilation of one circuit structure rolls the same way and new parameter values reuse the program.
+
+The stacking is a JAX function of the original leaves, so derivatives flow back to them: the circuit a
+user differentiates keeps its flat shape. Results change only by rounding (fusion then acts within a
+layer, not across layers).
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._circuit import Circuit, Repeat
+from ._gates import AbstractGate
+
+# A run is rolled when its layers hold at least this many gates in all: below it, unrolled programs compile
+# quickly and a scan's per-layer bookkeeping is not worth it.
+ROLL_MIN_GATES = 48
+# Periods (gates per layer) searched, at most: one layer of a wide circuit (a QAOA layer of all pairs on 30
+# wires has 465 two-qubit gates) fits.
+ROLL_MAX_PERIOD = 1024
+
+
+def _key(op) -> object:
+    """What a gate's layer-to-layer identity depends on: its pytree structure (type, wires and other static
+    fields) and its leaves' shapes and dtypes. None for operations that are not gates (never rolled)."""
+    if not isinstance(op, AbstractGate):
+        return None
+    leaves, treedef = jax.tree.flatten(op)
+    return treedef, tuple((np.shape(x), jnp.result_type(x)) for x in leaves)
+
+
+def _codes(ops) -> np.ndarray:
+    """One integer per operation, equal for operations that may share a layer; operations that are not
+    gates get distinct negative codes, so no run crosses them."""
+    table: dict = {}
+    out = np.empty(len(ops), np.int64)
+    for i, op in enumerate(ops):
+        key = _key(op)
+        out[i] = -1 - i if key is None else table.setdefault(key, len(table))
+    return out
+
+
+def _best_run(codes: np.ndarray) -> tuple[int, int, int] | None:
+    """`(start, period, layers)` of the run of repeated layers covering the most operations (the shortest
+    period among equals), or None when no layer repeats."""
+    best = None
+    n = len(codes)
+    for p in range(1, min(n // 2, ROLL_MAX_PERIOD) + 1):
+        same = codes[:-p] == codes[p:]
+        if not same.any():
+            continue
+        edges = np.diff(np.concatenate(([0], same.view(np.int8), [0])))
+        starts, stops = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+        j = int(np.argmax(stops - starts))
+        layers = (stops[j] - starts[j]) // p + 1
+        if layers >= 2 and (best is None or layers * p > best[1] * best[2]):
+            best = (int(starts[j]), p, int(layers))
+    return best
+
+
+def _stack(layers: list[Circuit]) -> Repeat:
+    if not jax.tree.leaves(layers[0]):
+        return Repeat(layers[0], len(layers))
+    return Repeat(jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *layers), len(layers))
+
+
+def roll_ops(ops: tuple, num_wires: int) -> tuple:
+    """`ops` with each run of at least `ROLL_MIN_GATES` gates in repeated layers as a `Repeat` block."""
+    if len(ops) < ROLL_MIN_GATES:
+        return tuple(ops)
+    found = _best_run(_codes(ops))
+    if found is None or found[1] * found[2] < ROLL_MIN_GATES:
+        return tuple(ops)
+    start, period, layers = found
+    stop = start + period * layers
+    blocks = [Circuit(ops[start + k * period : start + (k + 1) * period], num_wires) for k in range(layers)]
+    return roll_ops(ops[:start], num_wires) + (_stack(blocks),) + roll_ops(ops[stop:], num_wires)
+
+
+def roll(circuit: Circuit) -> Circuit:
+    """`circuit` with its repeated layers of gates as `Repeat` blocks (see the module's docstring); the
+    circuit itself when nothing repeats."""
+    ops = roll_ops(circuit.ops, circuit.num_wires)
+    if len(ops) == len(circuit.ops):
+        return circuit
+    return Circuit(ops, circuit.num_wires)
