@@ -1,7 +1,10 @@
 """qfx: quantum circuits as Equinox pytrees, simulated and differentiated in pure JAX."""
 
 from . import diff as diff
-from ._backend import AbstractBackend as AbstractBackend
+from ._backend import (
+    AbstractBackend as AbstractBackend,
+    AbstractStateVectorBackend as AbstractStateVectorBackend,
+)
 from ._circuit import Circuit as Circuit, Repeat as Repeat, draw as draw, repeat as repeat
 from ._control import (
     Cond as Cond,

@@ -9,6 +9,7 @@ a backend tests which backend it holds: a new backend is a new module implementi
 import abc
 
 import equinox as eqx
+import jax
 from jaxtyping import Array, PyTree
 
 from ._circuit import Circuit
@@ -45,8 +46,13 @@ class AbstractStateVectorBackend(AbstractBackend):
     `qfx.diff.Adjoint` needs. `evaluate` of a circuit of gates is `measure(simulate(...))`."""
 
     @abc.abstractmethod
-    def simulate(self, circuit: Circuit, initial_state: Array) -> Array:
-        """The final state of a circuit of gates and `Repeat` blocks."""
+    def state_struct(self, circuit: Circuit) -> jax.ShapeDtypeStruct:
+        """The shape and dtype of the circuit's state vector."""
+
+    @abc.abstractmethod
+    def simulate(self, circuit: Circuit, initial_state: Array | None) -> Array:
+        """The final state of a circuit of gates and `Repeat` blocks, from `initial_state` as `prepare`
+        returned it (None: |0...0>)."""
 
     @abc.abstractmethod
     def measure(self, measurement: AbstractMeasurement, state: Array, args: PyTree) -> Array:

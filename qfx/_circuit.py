@@ -265,9 +265,22 @@ def check_circuit(circuit, fn: str) -> Circuit:
             f"qfx.{fn}: an operation acts on wire {used}, but the circuit has {circuit.num_wires} wires; "
             "build a new qfx.Circuit (with num_wires=...) after replacing operations."
         )
-    circuit = jax.tree.map(as_leaf, circuit)
-    check_parameter_shapes(circuit.ops, fn)
+    leaves, treedef = jax.tree.flatten(circuit)
+    if not all(isinstance(x, jax.Array) for x in leaves):  # tracers are jax.Arrays too
+        circuit = jax.tree.map(as_leaf, circuit)
+        leaves, treedef = jax.tree.flatten(circuit)
+    # Shapes only: checked once per structure (a flat list of thousands of gates is checked in tens of ms).
+    key = (treedef, tuple((x.shape, x.dtype) for x in leaves))
+    if key not in _CHECKED_SHAPES:
+        check_parameter_shapes(circuit.ops, fn)
+        if len(_CHECKED_SHAPES) >= 256:
+            _CHECKED_SHAPES.clear()
+        _CHECKED_SHAPES.add(key)
     return circuit
+
+
+# Circuit structures (tree structure, leaf shapes and dtypes) whose parameter shapes were checked.
+_CHECKED_SHAPES: set = set()
 
 
 def repeat(

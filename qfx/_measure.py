@@ -66,40 +66,56 @@ def _backend_of(backend, mcm, fn: str) -> AbstractBackend:
 
 
 def _measure(
-    measurement: AbstractMeasurement, circuit: Circuit, payload, *, initial_state, diff, backend, mcm, key
+    measurement: AbstractMeasurement,
+    circuit: Circuit,
+    payload,
+    *,
+    initial_state,
+    diff,
+    backend,
+    mcm,
+    key,
+    single: bool = False,
 ) -> Array:
-    """The prologue and the call that every entry point shares."""
-    if not isinstance(diff, AbstractDiffMethod):
+    """The prologue and the call that every entry point shares; `single` picks the one entry of a list."""
+    if diff is not None and not isinstance(diff, AbstractDiffMethod):
         raise TypeError(
             f"qfx.{measurement.name}: diff must be a qfx.diff method such as qfx.diff.Auto(), got {diff!r}."
         )
     backend = _backend_of(backend, mcm, measurement.name)
     psi0 = backend.prepare(measurement, circuit, initial_state)
     try:
-        return _evaluate(diff, backend, measurement, circuit, psi0, (payload, key))
+        return _evaluate(diff, backend, measurement, circuit, psi0, (payload, key), single)
     except TypeError as e:  # JAX's own errors about transformations: the method may say more
-        diff.explain(e)
+        if diff is not None:
+            diff.explain(e)
         raise
 
 
-def _evaluate(diff, backend, measurement, circuit, initial_state, args):
-    """The measurement of `circuit` (rolled, see `qfx/_roll.py`), by `diff` on `backend`; `diff=None`
+def _evaluate(diff, backend, measurement, circuit, initial_state, args, single):
+    """The measurement of `circuit` (rolled, see `qfx/_roll.py`) by `diff` on `backend`; `diff=None`
     evaluates without a derivative rule (`qfx.sample`).
 
     Compiled once per structure where no `jax.jit` (or other staging transformation) already compiles it:
     called eagerly, or under `jax.grad` or `jax.vmap` called eagerly, a second call on new values of one
-    structure reuses the program (`_compiled`). Inside the user's `jax.jit` it is traced in place, as
-    anything else there is."""
-    if _staged(jax.tree.leaves((circuit, initial_state, args))):
-        return _run(diff, backend, measurement, circuit, initial_state, args)
-    return _compiled(diff, backend, measurement, circuit, initial_state, args)
+    structure reuses the program (`_compiled`); a flat circuit of concrete values is rolled before it, on
+    the host, so that the program takes a few stacked arrays (under `jax.grad`, inside it). Inside the
+    user's `jax.jit` it is traced in place, as anything else there is."""
+    leaves = jax.tree.leaves((circuit, initial_state, args))
+    if _staged(leaves):
+        return _run(diff, backend, measurement, circuit, initial_state, args, single)
+    if not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(circuit)):
+        circuit = roll(circuit, on_host=True)  # the program then takes a few stacked arrays
+    return _compiled(diff, backend, measurement, circuit, initial_state, args, single)
 
 
-def _run(diff, backend, measurement, circuit, initial_state, args):
+def _run(diff, backend, measurement, circuit, initial_state, args, single):
     circuit = roll(circuit)
     if diff is None:  # drawn, not differentiated
-        return backend.evaluate(measurement, circuit, initial_state, args)
-    return diff(backend, measurement, circuit, initial_state, args)
+        out = backend.evaluate(measurement, circuit, initial_state, args)
+    else:
+        out = diff(backend, measurement, circuit, initial_state, args)
+    return out[0] if single else out
 
 
 # Arrays are traced, everything else (the circuit's wires and gate kinds, the strategies' settings, shot
@@ -293,10 +309,17 @@ def expval(
     circuit = check_circuit(circuit, "expval")
     lcs, single = _observables(circuit, observable, "expval")
     measurement = Expval() if shots is None else Estimate(_check_shots(shots, key, "expval"))
-    out = _measure(
-        measurement, circuit, lcs, initial_state=initial_state, diff=diff, backend=backend, mcm=mcm, key=key
+    return _measure(
+        measurement,
+        circuit,
+        lcs,
+        initial_state=initial_state,
+        diff=diff,
+        backend=backend,
+        mcm=mcm,
+        key=key,
+        single=single,
     )
-    return out[0] if single else out
 
 
 @with_auto_axes
@@ -317,10 +340,17 @@ def var(
     circuit = check_circuit(circuit, "var")
     lcs, single = _observables(circuit, observable, "var")
     lcs = tuple(_without_identity(o) for o in lcs)
-    out = _measure(
-        Var(), circuit, lcs, initial_state=initial_state, diff=diff, backend=backend, mcm=mcm, key=key
+    return _measure(
+        Var(),
+        circuit,
+        lcs,
+        initial_state=initial_state,
+        diff=diff,
+        backend=backend,
+        mcm=mcm,
+        key=key,
+        single=single,
     )
-    return out[0] if single else out
 
 
 @with_auto_axes
@@ -381,10 +411,16 @@ def sample(
         "Draw fewer shots per call (jax.vmap over split keys, or several calls).",
         dtype=np.int32,
     )
-    measurement = Sample(shots, wires)
-    backend = _backend_of(backend, mcm, "sample")
-    psi0 = backend.prepare(measurement, circuit, initial_state)
-    return _evaluate(None, backend, measurement, circuit, psi0, (None, key))
+    return _measure(
+        Sample(shots, wires),
+        circuit,
+        None,
+        initial_state=initial_state,
+        diff=None,
+        backend=backend,
+        mcm=mcm,
+        key=key,
+    )
 
 
 @with_auto_axes

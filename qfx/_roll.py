@@ -12,6 +12,8 @@ user differentiates keeps its flat shape. Results change only by rounding (fusio
 layer, not across layers).
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -33,7 +35,13 @@ def _key(op) -> object:
     if not isinstance(op, AbstractGate):
         return None
     leaves, treedef = jax.tree.flatten(op)
-    return treedef, tuple((np.shape(x), jnp.result_type(x)) for x in leaves)
+    return treedef, tuple(_aval(x) for x in leaves)
+
+
+def _aval(x) -> tuple:
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return tuple(x.shape), np.dtype(x.dtype)
+    return np.shape(x), np.result_type(x)
 
 
 def _codes(ops) -> np.ndarray:
@@ -65,13 +73,17 @@ def _best_run(codes: np.ndarray) -> tuple[int, int, int] | None:
     return best
 
 
-def _stack(layers: list[Circuit]) -> Repeat:
+def _device_stack(xs):
+    return jnp.stack([jnp.asarray(x) for x in xs])
+
+
+def _stack(layers: list[Circuit], stack) -> Repeat:
     if not jax.tree.leaves(layers[0]):
         return Repeat(layers[0], len(layers))
-    return Repeat(jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *layers), len(layers))
+    return Repeat(jax.tree.map(lambda *xs: stack(xs), *layers), len(layers))
 
 
-def roll_ops(ops: tuple, num_wires: int) -> tuple:
+def roll_ops(ops: tuple, num_wires: int, stack=_device_stack) -> tuple:
     """`ops` with each run of at least `ROLL_MIN_GATES` gates in repeated layers as a `Repeat` block."""
     if len(ops) < ROLL_MIN_GATES:
         return tuple(ops)
@@ -81,12 +93,54 @@ def roll_ops(ops: tuple, num_wires: int) -> tuple:
     start, period, layers = found
     stop = start + period * layers
     blocks = [Circuit(ops[start + k * period : start + (k + 1) * period], num_wires) for k in range(layers)]
-    return roll_ops(ops[:start], num_wires) + (_stack(blocks),) + roll_ops(ops[stop:], num_wires)
+    before, after = roll_ops(ops[:start], num_wires, stack), roll_ops(ops[stop:], num_wires, stack)
+    return before + (_stack(blocks, stack),) + after
 
 
-def roll(circuit: Circuit) -> Circuit:
+class _Tag:
+    """A stand-in for a leaf while a roll is planned: its position among the circuit's leaves (a tuple of
+    positions once stacked), with the shape and dtype that the pass reads."""
+
+    def __init__(self, index, shape, dtype):
+        self.index, self.shape, self.dtype = index, tuple(shape), dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+
+def _stack_tags(xs) -> _Tag:
+    return _Tag(tuple(x.index for x in xs), (len(xs),) + xs[0].shape, xs[0].dtype)
+
+
+@functools.lru_cache(maxsize=64)
+def _plan(treedef, avals: tuple) -> tuple | None:
+    """How a circuit of this structure rolls: the rolled circuit's structure and, for each of its leaves,
+    the position of the original leaf or the tuple of positions it stacks; None when nothing rolls."""
+    circuit = jax.tree.unflatten(treedef, [_Tag(i, *aval) for i, aval in enumerate(avals)])
+    ops = roll_ops(circuit.ops, circuit.num_wires, _stack_tags)
+    if len(ops) == len(circuit.ops):
+        return None
+    tags, rolled = jax.tree.flatten(Circuit(ops, circuit.num_wires))
+    return rolled, tuple(t.index for t in tags)
+
+
+def roll(circuit: Circuit, *, on_host: bool = False) -> Circuit:
     """`circuit` with its repeated layers of gates as `Repeat` blocks (see the module's docstring); the
-    circuit itself when nothing repeats."""
+    circuit itself when nothing repeats.
+
+    `on_host`: the leaves are concrete (an eager call): the plan is cached per structure and the layers'
+    leaves are stacked with NumPy, with no device kernel to run or compile."""
+    if on_host:
+        leaves, treedef = jax.tree.flatten(circuit)
+        plan = _plan(treedef, tuple(_aval(x) for x in leaves))
+        if plan is None:
+            return circuit
+        rolled, index = plan
+        host = [
+            np.stack([np.asarray(leaves[i]) for i in k]) if isinstance(k, tuple) else leaves[k] for k in index
+        ]
+        return jax.tree.unflatten(rolled, host)
     ops = roll_ops(circuit.ops, circuit.num_wires)
     if len(ops) == len(circuit.ops):
         return circuit

@@ -455,7 +455,9 @@ def test_errors():
         qfx.expval(circ, qfx.Z(0), backend=TN, diff=qfx.diff.Adjoint())
     rotated = qfx.Circuit([qfx.RY(0.3, wires=0), *circ.ops])
     with pytest.raises(ValueError, match="qfx.amplitude is not .*an amplitude is not"):
-        jax.grad(lambda c: jnp.real(qfx.amplitude(c, "00", backend=TN, diff=qfx.diff.ParameterShift())))(rotated)
+        jax.grad(lambda c: jnp.real(qfx.amplitude(c, "00", backend=TN, diff=qfx.diff.ParameterShift())))(
+            rotated
+        )
     with pytest.raises(ValueError, match="expected 2 bits"):
         qfx.amplitude(circ, [0, 1, 1])
     with pytest.raises(ValueError, match="bits must be 0 or 1, got \\[0, 2\\]"):

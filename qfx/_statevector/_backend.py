@@ -1,6 +1,7 @@
 """`qfx.StateVector`: the state-vector backend, the default."""
 
 import equinox as eqx
+import jax
 from jaxtyping import Array
 
 from .._backend import AbstractStateVectorBackend
@@ -8,12 +9,12 @@ from .._circuit import Circuit
 from .._control import has_control
 from .._custom_types import complex_dtype
 from .._measurements import AbstractMeasurement, DensityMatrix
-from .._memory import check_memory
+from .._memory import check_fits, check_memory
 from . import _walk
 from ._measure import measure_pure
 from ._pipeline import run
 from ._simulators import check_mcm, evaluate_control
-from ._states import initial_state_of
+from ._states import initial_state_of, zero_state
 
 
 class StateVector(AbstractStateVectorBackend):
@@ -58,18 +59,24 @@ class StateVector(AbstractStateVectorBackend):
                 f"qfx.density_matrix: the density matrix of {len(measurement.wires)} wires",
                 "Ask for fewer wires (a reduced density matrix), or use qfx.state for a pure state.",
             )
+        if initial_state is None:  # |0...0>, made inside the program that reads it (no eager kernels)
+            check_fits(circuit.num_wires)
+            return None
         return initial_state_of(circuit, initial_state)
 
     def evaluate(self, measurement, circuit, initial_state, args):
         if has_control(circuit.ops):
-            return evaluate_control(measurement, circuit, initial_state, args, self.mcm)
+            return evaluate_control(measurement, circuit, _start(circuit, initial_state), args, self.mcm)
         return self.measure(measurement, self.simulate(circuit, initial_state), args)
 
     def evaluation_bytes(self, circuit: Circuit) -> int:
         return 2**circuit.num_wires * complex_dtype().itemsize
 
-    def simulate(self, circuit: Circuit, initial_state: Array) -> Array:
-        return run(circuit.ops, initial_state, circuit.num_wires)
+    def state_struct(self, circuit: Circuit) -> jax.ShapeDtypeStruct:
+        return jax.ShapeDtypeStruct((2**circuit.num_wires,), complex_dtype())
+
+    def simulate(self, circuit: Circuit, initial_state: Array | None) -> Array:
+        return run(circuit.ops, _start(circuit, initial_state), circuit.num_wires)
 
     def measure(self, measurement: AbstractMeasurement, state: Array, args) -> Array:
         return measure_pure(measurement, state, args, state.shape[0].bit_length() - 1)
@@ -77,3 +84,7 @@ class StateVector(AbstractStateVectorBackend):
     def backward(self, circuit: Circuit, state: Array, bra: Array) -> tuple[list[Array], Array]:
         leaves, (_, bra0) = _walk.backward(circuit.ops, (state, bra), circuit.num_wires)
         return leaves, bra0
+
+
+def _start(circuit: Circuit, initial_state: Array | None) -> Array:
+    return zero_state(circuit.num_wires) if initial_state is None else initial_state

@@ -47,7 +47,8 @@ class _Walk:
         psi_bar, args_bar = measure_vjp(jnp.ones_like(value) if ct is None else ct)
         circuit = eqx.combine(params, self.params_static)
         leaves, bra0 = self.backend.backward(circuit, psi, psi_bar.conj())
-        return value, (jax.tree.unflatten(jax.tree.structure(params), leaves), bra0.conj(), args_bar)
+        psi0_bar = None if primals[1] is None else bra0.conj()  # None: |0...0>, made by the backend
+        return value, (jax.tree.unflatten(jax.tree.structure(params), leaves), psi0_bar, args_bar)
 
 
 class Adjoint(AbstractDiffMethod):
@@ -111,7 +112,11 @@ class Adjoint(AbstractDiffMethod):
             raise
 
     def explain(self, error: Exception) -> None:
-        if isinstance(error, TypeError) and "forward-mode" in str(error) and str(error) != _FORWARD_MODE_MESSAGE:
+        if (
+            isinstance(error, TypeError)
+            and "forward-mode" in str(error)
+            and str(error) != _FORWARD_MODE_MESSAGE
+        ):
             raise TypeError(_FORWARD_MODE_MESSAGE) from error
 
 

@@ -63,7 +63,8 @@ def walks(backend, measurement, circuit, initial_state, args) -> bool:
     """Whether `Auto` differentiates this measurement by the adjoint walk (see its rule)."""
     if not isinstance(backend, AbstractStateVectorBackend) or not gates_only(circuit.ops):
         return False
-    state_bytes = initial_state.size * initial_state.dtype.itemsize
+    state = backend.state_struct(circuit)
+    state_bytes = state.size * state.dtype.itemsize
     small = state_bytes <= SMALL_STATE_BYTES and _stacks_over(circuit.ops, SEQUENTIAL_BYTES // state_bytes)
     deep = _kept_layers(circuit.ops) * state_bytes > CHECKPOINT_MEMORY_FRACTION * memory_limit_bytes()
     if not (small or deep):
@@ -72,7 +73,7 @@ def walks(backend, measurement, circuit, initial_state, args) -> bool:
         return False  # matrix entries (see `Auto`), or leaves that are not numbers to differentiate
     if any(eqx.is_array(x) and not eqx.is_inexact_array(x) for x in jax.tree.leaves(args)):
         return False  # keys (shots) and indices: sampled estimates, not differentiated through the walk
-    out = jax.eval_shape(lambda psi: measurement.post(backend.measure(measurement, psi, args)), initial_state)
+    out = jax.eval_shape(lambda psi: measurement.post(backend.measure(measurement, psi, args)), state)
     return isinstance(out, jax.ShapeDtypeStruct) and out.size == 1 and jnp.issubdtype(out.dtype, jnp.floating)
 
 
