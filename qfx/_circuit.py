@@ -266,9 +266,13 @@ def check_circuit(circuit, fn: str) -> Circuit:
             "build a new qfx.Circuit (with num_wires=...) after replacing operations."
         )
     leaves, treedef = jax.tree.flatten(circuit)
-    if not all(isinstance(x, jax.Array) for x in leaves):  # tracers are jax.Arrays too
+    arrays = all(isinstance(x, jax.Array) for x in leaves)  # tracers are jax.Arrays too
+    if not arrays or any(x.dtype in (jnp.float16, jnp.bfloat16) for x in leaves):
         circuit = jax.tree.map(as_leaf, circuit)
         leaves, treedef = jax.tree.flatten(circuit)
+    if not all(isinstance(x, jax.Array) for x in leaves):  # ints, loop bodies: checked every time
+        check_parameter_shapes(circuit.ops, fn)
+        return circuit
     # Shapes only: checked once per structure (a flat list of thousands of gates is checked in tens of ms).
     key = (treedef, tuple((x.shape, x.dtype) for x in leaves))
     if key not in _CHECKED_SHAPES:

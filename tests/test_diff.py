@@ -30,8 +30,8 @@ from .helpers import (
     tree_allclose,
 )
 
+AUTO = qfx.diff.Auto()
 METHODS = {
-    "auto": qfx.diff.Auto(),
     "backprop": qfx.diff.Backprop(),
     "adjoint": qfx.diff.Adjoint(),
     "parameter_shift": qfx.diff.ParameterShift(),
@@ -634,7 +634,7 @@ def test_auto_walks_only_where_it_pays(case, monkeypatch):
     coeffs = jnp.asarray([0.5, -1.5], jnp.float32)
     terms = [qfx.Z(0), qfx.X(n - 1)]
 
-    def f(c, diff=METHODS["auto"]):
+    def f(c, diff=AUTO):
         if case == "two observables":
             return jnp.sum(jnp.sin(qfx.expval(c, terms, diff=diff)))
         return qfx.expval(c, qfx.LinearCombination(coeffs, terms), diff=diff)

@@ -2,8 +2,8 @@
 
 Runs in qfx's own environment (the interpreter that runs run.py). Batches: `eqx.filter_vmap(hea)` builds a
 batch of circuits from stacked parameters and `jax.vmap` evaluates it. complex64. The job's "diff" key
-("adjoint") picks `diff=qfx.diff.Adjoint()` instead of the default (backprop); its "emitters" key (false)
-compiles with XLA's CPU fusion emitters off.
+("adjoint") picks `diff=qfx.diff.Adjoint()` instead of the default (`qfx.diff.Auto()`); its "emitters"
+key (false) compiles with XLA's CPU fusion emitters off.
 """
 
 import json
