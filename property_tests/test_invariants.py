@@ -154,17 +154,6 @@ def test_scanned_layers_equal_the_unrolled_circuit(circ, offsets):
     np.testing.assert_allclose(qfx.state(scanned), expected, atol=2e-5)
 
 
-def _unrolled(ops) -> list:
-    out = []
-    for op in ops:
-        if isinstance(op, qfx.Repeat):
-            for i in range(op.length):
-                out += _unrolled(op.layer(i).ops)
-        else:
-            out.append(op)
-    return out
-
-
 @given(
     st.data(),
     st.integers(1, 3),
@@ -188,7 +177,7 @@ def test_rolling_is_lossless(data, n, layers, extra):
     suffix = data.draw(st.lists(gates(n), max_size=extra))
     circ = qfx.Circuit(prefix + repeated + suffix, num_wires=n)
     rolled = _roll.roll(circ)
-    again = qfx.Circuit(_unrolled(rolled.ops), num_wires=n)
+    again = qfx.Circuit(ref.flatten_ops(rolled.ops), num_wires=n)
     assert jax.tree.structure(again) == jax.tree.structure(circ)
     for a, b in zip(jax.tree.leaves(again), jax.tree.leaves(circ), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

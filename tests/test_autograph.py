@@ -13,26 +13,6 @@ import qfx
 
 from . import reference as ref
 
-SIGMA = 5.0
-# Jitted entry points: the tests compile each program once instead of dispatching op by op.
-probs, expval, var, density_matrix, outcome_probs, state, sample = (
-    eqx.filter_jit(f)
-    for f in (qfx.probs, qfx.expval, qfx.var, qfx.density_matrix, qfx.outcome_probs, qfx.state, qfx.sample)
-)
-
-
-def _five_sigma(p, shots):
-    """A 5-sigma bound for the mean of `shots` values in [0, 1] with mean `p` (variance <= p (1 - p))."""
-    return SIGMA * np.sqrt(np.maximum(np.asarray(p) * (1 - np.asarray(p)), 1e-4) / shots)
-
-
-def _keys(n, seed=0):
-    return jax.random.split(jax.random.key(seed), n)
-
-
-def _u3(params, wire):
-    return qfx.U3(*params, wires=wire)
-
 
 def _primitives(jaxpr) -> set[str]:
     """The control-flow primitives in a jaxpr, nested ones included."""
@@ -228,7 +208,7 @@ def test_autograph_keeps_in_place_updates():
     plain, converted = build(0.3), qfx.autograph(build)(0.3)
     assert [type(op) for op in converted.ops] == [type(op) for op in plain.ops]
     assert len(plain.ops) == 5
-    np.testing.assert_allclose(np.asarray(probs(converted)), np.asarray(probs(plain)), atol=1e-6)
+    np.testing.assert_allclose(np.asarray(qfx.probs(converted)), np.asarray(qfx.probs(plain)), atol=1e-6)
 
     @qfx.autograph
     def counts(wires):
@@ -265,9 +245,9 @@ def test_autograph_keeps_in_place_updates():
             return qfx.Circuit(self.ops, num_wires=2)
 
     thetas = jnp.array([0.3, 0.5, 0.9])
-    built = jax.jit(lambda t, n: probs(Builder().layers(t, n)))(thetas, 2)
+    built = jax.jit(lambda t, n: qfx.probs(Builder().layers(t, n)))(thetas, 2)
     np.testing.assert_allclose(
-        np.asarray(built), np.asarray(probs(qfx.Circuit([qfx.H(1), qfx.RY(0.8, 0)]))), atol=1e-6
+        np.asarray(built), np.asarray(qfx.probs(qfx.Circuit([qfx.H(1), qfx.RY(0.8, 0)]))), atol=1e-6
     )
 
     cache: dict = {}

@@ -37,17 +37,6 @@ def _rolled(theta):
     return qfx.Circuit([qfx.repeat(lambda t: _layer(t, n), theta, num_wires=n)], num_wires=n)
 
 
-def _unrolled_ops(ops) -> list:
-    out = []
-    for op in ops:
-        if isinstance(op, qfx.Repeat):
-            for i in range(op.length):
-                out += _unrolled_ops(op.layer(i).ops)
-        else:
-            out.append(op)
-    return out
-
-
 def _reference(theta, prefix=()):
     """`_flat(theta, prefix)` with float64 NumPy leaves, for the reference simulator (the constructors would
     round them to float32). The prefix holds no parameters."""
@@ -70,7 +59,7 @@ def test_a_layered_list_rolls_into_one_block_with_its_prefix_and_suffix():
     blocks = [op for op in rolled.ops if isinstance(op, qfx.Repeat)]
     assert sum(op.length * len(op.body.ops) for op in blocks) >= 5 * len(_layer(theta[0], 4))
     # Lossless: unrolled again, the same gates with the same leaves, in the same order.
-    again = _unrolled_ops(rolled.ops)
+    again = ref.flatten_ops(rolled.ops)
     assert [type(op) for op in again] == [type(op) for op in circ.ops]
     assert [op.wires for op in again] == [op.wires for op in circ.ops]
     assert tree_allclose(qfx.Circuit(again, circ.num_wires), circ, rtol=0, atol=0)
