@@ -1,6 +1,6 @@
 """qfx: quantum circuits as Equinox pytrees, simulated and differentiated in pure JAX."""
 
-from . import diff as diff
+from . import diff as diff, templates as templates
 from ._backend import (
     AbstractBackend as AbstractBackend,
     AbstractStateVectorBackend as AbstractStateVectorBackend,
@@ -19,6 +19,7 @@ from ._control import (
     switch as switch,
     while_loop as while_loop,
 )
+from ._counts import counts as counts
 from ._gates import (
     CNOT as CNOT,
     CRX as CRX,
@@ -42,6 +43,7 @@ from ._gates import (
     Controlled as Controlled,
     ControlledPhaseShift as ControlledPhaseShift,
     CRot as CRot,
+    DoubleExcitation as DoubleExcitation,
     H as H,
     Hadamard as Hadamard,
     I as I,  # noqa: E741
@@ -60,6 +62,8 @@ from ._gates import (
     QubitUnitary as QubitUnitary,
     Rot as Rot,
     S as S,
+    SingleExcitation as SingleExcitation,
+    StatePrep as StatePrep,
     T as T,
     Toffoli as Toffoli,
     X as X,
@@ -80,6 +84,10 @@ from ._observables import (
     Hermitian as Hermitian,
     LinearCombination as LinearCombination,
     PauliWord as PauliWord,
+    eigvalsh as eigvalsh,
+    ground_state as ground_state,
+    matrix as matrix,
+    pauli as pauli,
 )
 from ._statevector import (
     StateVector as StateVector,

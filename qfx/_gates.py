@@ -22,6 +22,7 @@ import numpy as np
 
 from ._checks import as_dtype, as_numeric, check_wires, host_number, is_concrete, static_bit
 from ._custom_types import complex_dtype, real_dtype, tolerance
+from ._memory import check_memory
 from ._observables import AbstractObservable, pauli_word_matrix
 
 # A shift rule for one parameter: terms (coefficient, shift) with df/dt = sum_k c_k f(t + s_k).
@@ -635,6 +636,62 @@ class IsingXY(_AbstractOneParameter):
         )
 
 
+# --- fermionic excitations (quantum chemistry) ------------------------------------------------
+
+
+class SingleExcitation(_AbstractOneParameter):
+    """A Givens rotation of |01> and |10>: `|01> -> cos(phi/2)|01> + sin(phi/2)|10>`, `|10> -> cos(phi/2)|10>
+    - sin(phi/2)|01>`, |00> and |11> unchanged (PennyLane's `SingleExcitation`, a fermionic excitation
+    between two spin orbitals in the Jordan-Wigner encoding).
+
+    Its generator `(Y⊗X - X⊗Y) / 4` has eigenvalues {0, 0, +-1/2}: the four-term shift rule.
+
+    ```python
+    circ = qfx.Circuit([qfx.X(0), qfx.SingleExcitation(0.3, wires=(0, 1))])
+    qfx.probs(circ)  # [0, sin(0.15)**2, cos(0.15)**2, 0]
+    ```
+    """
+
+    num_wires: ClassVar[int] = 2
+    shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = (FOUR_TERM,)
+
+    def matrix(self):
+        c, s = _cos_sin(self.theta)
+        o, z = jnp.ones_like(c), jnp.zeros_like(c)
+        return jnp.stack(
+            [
+                jnp.stack([o, z, z, z]),
+                jnp.stack([z, c, -s, z]),
+                jnp.stack([z, s, c, z]),
+                jnp.stack([z, z, z, o]),
+            ]
+        )
+
+
+class DoubleExcitation(_AbstractOneParameter):
+    """A Givens rotation of |0011> and |1100> on four wires: `|0011> -> cos(phi/2)|0011> +
+    sin(phi/2)|1100>`, `|1100> -> cos(phi/2)|1100> - sin(phi/2)|0011>`, the 14 other basis states unchanged
+    (PennyLane's `DoubleExcitation`: in the Jordan-Wigner encoding, two electrons moving between the
+    orbital pairs `wires[2:]` and `wires[:2]`).
+
+    Its generator has eigenvalues {0, +-1/2}: the four-term shift rule.
+
+    ```python
+    circ = qfx.Circuit([qfx.X(2), qfx.X(3), qfx.DoubleExcitation(0.3, wires=(0, 1, 2, 3))])
+    qfx.amplitude(circ, "1100")  # sin(0.15)
+    ```
+    """
+
+    num_wires: ClassVar[int] = 4
+    shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = (FOUR_TERM,)
+
+    def matrix(self):
+        c, s = _cos_sin(self.theta)
+        eye = jnp.eye(16, dtype=c.dtype)
+        rows, cols = np.array([3, 3, 12, 12]), np.array([3, 12, 3, 12])
+        return eye.at[rows, cols].set(jnp.stack([c, -s, s, c]))
+
+
 # --- gates on any number of wires -------------------------------------------------------------
 
 
@@ -743,6 +800,111 @@ class QubitUnitary(AbstractGate):
 
     def matrix(self):
         return self.U
+
+
+class StatePrep(AbstractGate):
+    """Prepares `state` on `wires` from |0...0>: a unitary whose first column is `state`.
+
+    It is a gate like any other, so it stands anywhere in a circuit, works with every backend and
+    differentiation method, and `jax.grad` reaches the amplitudes (a leaf) and whatever they were computed
+    from. Its matrix is fixed by a formula: with `state[0] = r e^{i a}` (a = 0 where r = 0),
+    `u = e^{-i a} state`, `w = |0> + u`, it is `-e^{i a} (I - w w^dagger / (1 + r))`, a reflection that maps
+    |0...0> to `state` exactly; on any other input it is that reflection. Place it where its wires hold
+    |0...0> (as PennyLane's `StatePrep` goes first) unless you want the reflection. For a state on every
+    wire, `initial_state=` of the measurement does the same without a matrix.
+
+    **Arguments:**
+
+    - `state`: `2**len(wires)` amplitudes (real or complex), wire `wires[0]` the most significant bit.
+    - `wires`: the wires it prepares.
+    - `pad_with`: if given, a shorter `state` is padded with this value up to `2**len(wires)` entries.
+    - `normalize`: divide by the norm (after padding). Otherwise the norm must be 1: checked at once
+      when concrete, at run time (`eqx.error_if`) when traced.
+
+    The matrix is dense, `4**len(wires)` entries: meant for a few wires (refused where it cannot fit in
+    memory). Parameter shift has no rule for the amplitudes (use `Backprop`, `Adjoint` or `Auto`).
+
+    ```python
+    psi = jnp.array([0.6, 0.0, 0.0, 0.8])
+    circ = qfx.Circuit([qfx.StatePrep(psi, wires=(0, 1))])
+    qfx.state(circ)  # psi
+    ```
+    """
+
+    state: Array
+    _wires: tuple[int, ...] = eqx.field(static=True)
+    num_wires: ClassVar[None] = None
+    param_names: ClassVar[tuple[str, ...]] = ("state",)
+    shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = None
+
+    def __init__(self, state: ArrayLike, wires, *, pad_with: complex | None = None, normalize: bool = False):
+        self._wires = check_wires("StatePrep", wires, None)
+        name = f"StatePrep(wires={self._wires})"
+        k = len(self._wires)
+        dim = 2**k
+        state = as_numeric(state, f"{name}: the state", inexact=True)
+        if state.ndim != 1:
+            raise ValueError(
+                f"{name}: expected a vector of {dim} amplitudes, got shape {state.shape}. For a batch, build "
+                "the circuits with eqx.filter_vmap or map qfx functions with jax.vmap."
+            )
+        if state.shape[0] > dim or (state.shape[0] < dim and pad_with is None):
+            more = "" if state.shape[0] > dim else "; pass pad_with=0.0 to pad it"
+            raise ValueError(
+                f"{name}: expected {dim} amplitudes for {k} wire(s), got {state.shape[0]}{more}."
+            )
+        check_memory(
+            4**k,
+            f"{name}: its dense matrix ({dim} x {dim})",
+            "Prepare fewer wires, or pass the full state as initial_state= to the measurement.",
+        )
+        tol = tolerance(state.dtype)  # the precision the amplitudes were computed in (see tolerance)
+        state = as_dtype(state, complex_dtype())
+        if state.shape[0] < dim:
+            fill = as_numeric(pad_with, f"{name}: pad_with", inexact=True)
+            state = jnp.concatenate([state, jnp.full((dim - state.shape[0],), fill, complex_dtype())])
+        if is_concrete(state):  # a constant inside a jit trace too: checked now (see as_numeric)
+            with jax.ensure_compile_time_eval():
+                norm2 = jnp.sum(jnp.real(state * state.conj()))
+        else:
+            norm2 = jnp.sum(jnp.real(state * state.conj()))
+        if normalize:
+            if is_concrete(norm2) and not float(norm2) > 0:
+                raise ValueError(f"{name}: normalize=True needs a state with a nonzero norm.")
+            state = state / jnp.sqrt(norm2).astype(state.dtype)
+        elif is_concrete(norm2):
+            if not abs(float(norm2) - 1) <= tol:  # NaN fails too
+                raise ValueError(
+                    f"{name}: the state is not normalised (squared norm {float(norm2):.6g}); pass "
+                    "normalize=True or a vector of norm 1."
+                )
+        else:
+            bad = ~(jnp.abs(norm2 - 1) <= tol)
+            state = eqx.error_if(state, bad, f"{name}: the state is not normalised; pass normalize=True.")
+        self.state = state
+
+    @property
+    def wires(self):
+        return self._wires
+
+    @property
+    def parameter_shapes(self):
+        return ((2 ** len(self._wires),),)
+
+    def matrix(self):
+        psi = self.state
+        first = psi[0]
+        r2 = jnp.real(first * first.conj())
+        # Double `where`s: at state[0] = 0 the phase is set to 1 with a finite (zero) derivative.
+        nonzero = r2 > 0
+        r = jnp.where(nonzero, jnp.sqrt(jnp.where(nonzero, r2, 1)), 0)
+        phase = jnp.where(nonzero, first / jnp.where(nonzero, r, 1).astype(psi.dtype), 1)
+        w = (phase.conj() * psi).at[0].add(1)
+        reflection = jnp.eye(psi.shape[0], dtype=psi.dtype) - jnp.outer(w, w.conj()) / (1 + r).astype(
+            psi.dtype
+        )
+        # Column 0 is `state` itself (equal up to rounding): its derivative then is exact, with no phase.
+        return (-phase * reflection).at[:, 0].set(psi)
 
 
 class MultiControlledX(AbstractGate):

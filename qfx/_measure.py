@@ -4,8 +4,8 @@ Each checks its arguments, describes what it asks for as a measurement (`qfx/_me
 hands it to the differentiation method with the backend: `diff(backend, measurement, circuit, ...)`.
 Nothing else: how a state is simulated is the backend's (`backend=`, default `qfx.StateVector()`), how
 a derivative is obtained is the method's (`diff=`, default `qfx.diff.Auto()`). All are pure functions
-that work under `jit`, `grad` and `vmap`. Randomness is explicit: `sample` and shot-based `expval` take
-a keyword-only `key` with no default.
+that work under `jit`, `grad` and `vmap`. Randomness is explicit: `sample` and the shot estimates of
+`expval`, `probs` and `var` take a keyword-only `key` with no default.
 """
 
 from collections.abc import Sequence
@@ -26,9 +26,11 @@ from ._measurements import (
     Estimate,
     Expval,
     Probs,
+    ProbsEstimate,
     Sample,
     State,
     Var,
+    VarEstimate,
 )
 from ._memory import check_memory
 from ._observables import (
@@ -37,6 +39,7 @@ from ._observables import (
     PauliWord,
     as_linear_combination,
     check_observable,
+    square,
 )
 from ._roll import roll
 from ._sharding import with_auto_axes
@@ -258,17 +261,34 @@ def probs(
     backend: AbstractBackend | None = None,
     mcm: str | None = None,
     key: PRNGKeyArray | None = None,
+    shots: int | None = None,
 ) -> Array:
     """Probabilities of the computational basis states of `wires` (all wires by default), in that order.
 
-    `mcm` and `key` are for circuits with mid-circuit measurements: see `qfx.measure`.
+    **Arguments:**
+
+    - `circuit`: the circuit, run from |0...0> or `initial_state`.
+    - `wires`: the measured wires, in the order of the outcome bits.
+    - `shots`: if given, estimates: the frequencies of each outcome among `shots` measurements (a
+      multinomial draw, unbiased; needs `key`). Differentiable as `qfx.expval(..., shots=)` is: with
+      `diff=qfx.diff.ParameterShift()`, an unbiased estimator of the gradient.
+    - `key`: a PRNG key, keyword-only; for `shots`, and for circuits with mid-circuit measurements
+      (`mcm="sampled"`, see `qfx.measure`).
+    - `diff`, `backend`, `mcm`: as in `qfx.expval`.
 
     **Returns:** an array of shape `(2**len(wires),)`; the first wire is the most significant bit.
+
+    ```python
+    circ = qfx.Circuit([qfx.H(0), qfx.CNOT(wires=(0, 1))])
+    qfx.probs(circ)  # [0.5, 0, 0, 0.5]
+    qfx.probs(circ, shots=1000, key=jax.random.key(0))  # [f, 0, 0, 1 - f], f close to 0.5
+    ```
     """
     circuit = check_circuit(circuit, "probs")
     wires = _check_measured_wires(circuit, wires, "probs")
+    measurement = Probs(wires) if shots is None else ProbsEstimate(_check_shots(shots, key, "probs"), wires)
     return _measure(
-        Probs(wires), circuit, None, initial_state=initial_state, diff=diff, backend=backend, mcm=mcm, key=key
+        measurement, circuit, None, initial_state=initial_state, diff=diff, backend=backend, mcm=mcm, key=key
     )
 
 
@@ -332,18 +352,41 @@ def var(
     backend: AbstractBackend | None = None,
     mcm: str | None = None,
     key: PRNGKeyArray | None = None,
+    shots: int | None = None,
 ) -> Array:
     """The variance `<O^2> - <O>^2` of an observable, or of each of a list of them.
 
-    `mcm` and `key` are for circuits with mid-circuit measurements: see `qfx.measure`.
+    **Arguments:**
+
+    - `circuit`, `observable`, `initial_state`, `diff`, `backend`, `mcm`: as in `qfx.expval`.
+    - `shots`: if given, an unbiased estimate (needs `key`): `<O^2>` is estimated from `shots`
+      measurements of each term of `O @ O` (expanded as `sum c_j c_k {T_j, T_k} / 2`, anticommuting Pauli
+      words dropping out), and `<O>^2` as the product of two independent estimates of `<O>`, each from
+      `shots` measurements of each term of `O` (the square of one estimate would be biased by its
+      variance). Differentiable as `qfx.expval(..., shots=)` is: with `diff=qfx.diff.ParameterShift()`,
+      an unbiased estimator of the gradient.
+    - `key`: a PRNG key, keyword-only; for `shots`, and for circuits with mid-circuit measurements.
+
+    **Returns:** a real scalar, or one value per observable when a list was given.
+
+    ```python
+    circ = qfx.Circuit([qfx.RY(0.5, wires=0)])
+    qfx.var(circ, qfx.Z(0))  # sin(0.5)**2
+    qfx.var(circ, qfx.Z(0), shots=1000, key=jax.random.key(0))  # close to it
+    ```
     """
     circuit = check_circuit(circuit, "var")
     lcs, single = _observables(circuit, observable, "var")
     lcs = tuple(_without_identity(o) for o in lcs)
+    if shots is None:
+        measurement, payload = Var(), lcs
+    else:
+        measurement = VarEstimate(_check_shots(shots, key, "var"))
+        payload = (lcs, tuple(square(o) for o in lcs))
     return _measure(
-        Var(),
+        measurement,
         circuit,
-        lcs,
+        payload,
         initial_state=initial_state,
         diff=diff,
         backend=backend,

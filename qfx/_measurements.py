@@ -71,6 +71,15 @@ class Estimate(AbstractMeasurement):
     shots: int = eqx.field(static=True)
 
 
+class ProbsEstimate(AbstractMeasurement):
+    """Shot estimates of the marginal probabilities of `wires`: the frequencies of `shots` outcomes (a
+    multinomial draw), drawn with the key. Unbiased, so linear in `|psi><psi|` in expectation."""
+
+    name: ClassVar[str] = "probs"
+    shots: int = eqx.field(static=True)
+    wires: tuple[int, ...] = eqx.field(static=True)
+
+
 class Var(AbstractMeasurement):
     """The variance of each observable. A backend returns the moments `(<O^2>, <O>)`, stacked: both
     linear in `|psi><psi|`, so parameter shift differentiates them, and `post` combines them."""
@@ -79,6 +88,20 @@ class Var(AbstractMeasurement):
 
     def post(self, value: Array) -> Array:
         return value[0] - value[1] ** 2
+
+
+class VarEstimate(AbstractMeasurement):
+    """Shot estimates of the variance of each observable; the payload is `(observables, squares)`, the
+    squares `O @ O` as `LinearCombination`s. A backend returns three independent estimates, stacked, each
+    from `shots` measurements of every term: `<O^2>` and `<O>` twice. `post` gives `<O^2> - <O>_1 <O>_2`,
+    unbiased because the two estimates of `<O>` are independent; each entry is linear in `|psi><psi|` in
+    expectation, so parameter shift (fresh keys per shifted evaluation) keeps the gradient unbiased."""
+
+    name: ClassVar[str] = "var"
+    shots: int = eqx.field(static=True)
+
+    def post(self, value: Array) -> Array:
+        return value[0] - value[1] * value[2]
 
 
 class Sample(AbstractMeasurement):

@@ -14,7 +14,15 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
 import numpy as np
 
-from ._checks import as_dtype, as_numeric, check_wires, is_concrete, is_numeric_leaf, static_count
+from ._checks import (
+    as_dtype,
+    as_numeric,
+    check_wires,
+    is_concrete,
+    is_numeric_leaf,
+    static_count,
+    static_wires,
+)
 from ._custom_types import complex_dtype, real_dtype
 
 # A Pauli word: ((wire, letter), ...) sorted by wire, letters in "XYZ"; () is the identity.
@@ -198,12 +206,70 @@ class PauliWord(AbstractObservable):
                 word[w] = str(letter)  # a NumPy string would be a NumPy scalar in a static field
         self.word = tuple(sorted(word.items()))
 
+    @classmethod
+    def from_string(cls, text: str) -> "PauliWord":
+        """A Pauli word from letters followed by their wires, e.g. `"X0 Z3"` (or `"X0 @ Z3"`); `""` or `"I"`
+        is the identity.
+
+        ```python
+        qfx.PauliWord.from_string("X0 Y2 Z3")  # X(0) @ Y(2) @ Z(3)
+        ```
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"PauliWord.from_string: expected a string such as 'X0 Z3', got {text!r}.")
+        word = {}
+        for token in text.replace("@", " ").split():
+            letter, wire = token[0], token[1:]
+            if token == "I":
+                continue
+            if letter not in "IXYZ" or not wire.isdigit() or not wire.isascii():
+                raise ValueError(
+                    f"PauliWord.from_string: {token!r} in {text!r} is not a letter I, X, Y or Z followed by "
+                    "a wire number, as in 'X0 Z3'."
+                )
+            if int(wire) in word:
+                raise ValueError(f"PauliWord.from_string: wire {int(wire)} appears twice in {text!r}.")
+            word[int(wire)] = letter
+        return cls(word)
+
     @property
     def wires(self):
         return tuple(w for w, _ in self.word)
 
+    def matrix(self, wire_order=None) -> Array:
+        """The dense matrix on `wire_order` (default: the word's wires, ascending); see `qfx.matrix`."""
+        return matrix(self, wire_order)
+
     def __repr__(self):
         return " @ ".join(f"{p}({w})" for w, p in self.word) or "I"
+
+
+def pauli(letters: str, wires=None) -> PauliWord:
+    """The Pauli word of a string of letters, letter `k` on wire `k` (or on `wires[k]`).
+
+    **Arguments:**
+
+    - `letters`: a string over `I`, `X`, `Y`, `Z`, e.g. `"XZIY"`.
+    - `wires`: the wires of the letters, one per letter; by default `0, 1, 2, ...`.
+
+    **Returns:** a `qfx.PauliWord` (the `I` letters act on no wire).
+
+    ```python
+    qfx.pauli("XZIY")  # X(0) @ Z(1) @ Y(3)
+    qfx.pauli("ZZ", wires=(2, 5))  # Z(2) @ Z(5)
+    ```
+    """
+    if not isinstance(letters, str) or set(letters) - set("IXYZ"):
+        raise ValueError(f"qfx.pauli: expected a string over I, X, Y and Z such as 'XZIY', got {letters!r}.")
+    if wires is None:
+        wires = range(len(letters))
+    ws = check_wires("qfx.pauli", wires, None) if len(letters) else ()
+    if len(ws) != len(letters):
+        raise ValueError(
+            f"qfx.pauli: {letters!r} has {len(letters)} letters but wires={tuple(ws)} has {len(ws)}; give "
+            "one wire per letter."
+        )
+    return PauliWord(dict(zip(ws, letters, strict=True)))
 
 
 class Hermitian(AbstractObservable):
@@ -287,9 +353,68 @@ class LinearCombination(AbstractObservable):
         self.coeffs = as_dtype(coeffs, real_dtype())
         self.terms = terms
 
+    @classmethod
+    def from_terms(cls, terms) -> "LinearCombination":
+        """A linear combination from `(coefficient, term)` pairs; a term is a Pauli string (`"X0 Z1"`, as
+        `PauliWord.from_string` reads it), a `PauliWord`, a Pauli gate (`qfx.Z(0)`) or a `Hermitian`.
+        Repeated Pauli words are merged; coefficients may be traced.
+
+        ```python
+        H = qfx.LinearCombination.from_terms([(0.5, "Z0 Z1"), (-0.2, "X0"), (0.1, qfx.Z(1))])
+        ```
+        """
+        pairs = list(terms.items()) if isinstance(terms, dict) else list(terms)
+        coeffs, out = [], []
+        for pair in pairs:
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise TypeError(
+                    f"LinearCombination.from_terms: expected (coefficient, term) pairs, got {pair!r}."
+                )
+            c, term = pair
+            if isinstance(term, str):
+                term = PauliWord.from_string(term)
+            elif isinstance(term, AbstractObservable) and not isinstance(term, (PauliWord, Hermitian)):
+                lc = as_linear_combination(term)  # a Pauli gate: one term of coefficient 1
+                if len(lc.terms) != 1:
+                    raise TypeError(
+                        f"LinearCombination.from_terms: a term must be one Pauli word or Hermitian, got "
+                        f"{term!r}; add linear combinations with +."
+                    )
+                term = lc.terms[0]
+            elif not isinstance(term, (PauliWord, Hermitian)):
+                raise TypeError(
+                    "LinearCombination.from_terms: a term is a Pauli string such as 'X0 Z1', a PauliWord, a "
+                    f"Pauli gate or a Hermitian, got {term!r}."
+                )
+            coeffs.append(_real_scalar(c, "LinearCombination.from_terms"))
+            out.append(term)
+        if not out:
+            return cls(np.zeros((0,), real_dtype()), ())
+        xp, coeffs = _array_module(*coeffs)
+        return _simplify(xp.stack(coeffs), tuple(out))
+
+    @classmethod
+    def from_dict(cls, terms: dict) -> "LinearCombination":
+        """A linear combination from `{term: coefficient}`, terms as in `from_terms` (a Pauli string such as
+        `"X0 Z1"`, or a `PauliWord`).
+
+        ```python
+        H = qfx.LinearCombination.from_dict({"Z0 Z1": 0.5, "X0": -0.2, "X1": -0.2})
+        ```
+        """
+        if not isinstance(terms, dict):
+            raise TypeError(
+                f"LinearCombination.from_dict: expected a dict {{term: coefficient}}, got {terms!r}."
+            )
+        return cls.from_terms([(c, t) for t, c in terms.items()])
+
     @property
     def wires(self):
         return tuple(sorted({w for t in self.terms for w in t.wires}))
+
+    def matrix(self, wire_order=None) -> Array:
+        """The dense matrix on `wire_order` (default: the observable's wires, ascending); see `qfx.matrix`."""
+        return matrix(self, wire_order)
 
     def __repr__(self):
         # Read on the host: iterating a concrete JAX array of more than 100 entries inside a jit trace makes
@@ -400,3 +525,164 @@ def _merge(coeffs: ArrayLike, terms) -> tuple[ArrayLike, tuple]:
     else:
         merged = jax.ops.segment_sum(coeffs, np.asarray(groups), num_segments=len(keep_terms))
     return merged, tuple(keep_terms)
+
+
+# --- dense matrices, for small numbers of wires ---------------------------------------------------
+
+# The most wires `matrix` builds a dense matrix for: 4**12 entries are 128 MiB in complex64 (and its
+# eigendecomposition takes about a minute on one CPU core).
+MAX_DENSE_WIRES = 12
+
+
+def _dense_wires(obs: AbstractObservable, wire_order, fn: str) -> tuple[int, ...]:
+    if wire_order is None:
+        order = tuple(obs.wires)
+    else:
+        order = static_wires(wire_order)
+        if order is None or len(set(order)) != len(order) or any(w < 0 for w in order):
+            raise ValueError(f"qfx.{fn}: wire_order must be distinct non-negative ints, got {wire_order!r}.")
+        missing = sorted(set(obs.wires) - set(order))
+        if missing:
+            raise ValueError(
+                f"qfx.{fn}: the observable acts on wires {missing}, which wire_order={order} leaves out."
+            )
+    if len(order) > MAX_DENSE_WIRES:
+        raise ValueError(
+            f"qfx.{fn}: a dense matrix on {len(order)} wires has 4**{len(order)} entries; qfx builds them "
+            f"for at most {MAX_DENSE_WIRES} wires. Use qfx.expval / qfx.var, which never build the matrix."
+        )
+    return order
+
+
+def _word_entries(word: Word, order: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The nonzero entries of a Pauli word's matrix on `order`: column `c` holds `values[c]` in row
+    `c ^ flip`, one per column."""
+    n = len(order)
+    flip = zmask = 0
+    ys = 0
+    for wire, letter in word:
+        bit = 1 << (n - 1 - order.index(wire))
+        flip |= bit if letter in "XY" else 0
+        zmask |= bit if letter in "YZ" else 0
+        ys += letter == "Y"
+    cols = np.arange(2**n)
+    parity = np.zeros(2**n, np.int64)
+    for k in range(n):  # the parity of the bits of c under zmask
+        if zmask >> k & 1:
+            parity ^= (cols >> k) & 1
+    return cols ^ flip, (1j**ys) * (1 - 2 * parity)
+
+
+def _embedded(m: Array, wires: tuple[int, ...], order: tuple[int, ...]) -> Array:
+    """The matrix `m` on `wires` (its own order) as a matrix on `order`, identity elsewhere."""
+    n, k = len(order), len(wires)
+    rest = [w for w in order if w not in wires]
+    full = jnp.kron(m, jnp.eye(2 ** (n - k), dtype=m.dtype))  # axes: wires, then rest
+    source = list(wires) + rest
+    axes = [source.index(w) for w in order]
+    return full.reshape((2,) * 2 * n).transpose(axes + [n + a for a in axes]).reshape(2**n, 2**n)
+
+
+def matrix(observable: AbstractObservable, wire_order=None) -> Array:
+    """The dense `(2**n, 2**n)` matrix of an observable on `n` wires, for small `n`.
+
+    Meant for checks and exact diagonalisation of small systems: `qfx.expval` and `qfx.var` never build
+    it. Pauli words are written entry by entry (one nonzero per column), so memory is that of the result.
+    Differentiable in the coefficients and Hermitian entries.
+
+    **Arguments:**
+
+    - `observable`: any qfx observable (`qfx.Z(0)`, a `PauliWord`, `LinearCombination`, `Hermitian`).
+    - `wire_order`: the wires of the matrix, the first the most significant bit; by default the
+      observable's own wires in ascending order. Must include them; at most 12 wires.
+
+    **Returns:** a complex array (the default complex dtype).
+
+    ```python
+    qfx.matrix(qfx.Z(0) @ qfx.X(1))  # np.kron(Z, X)
+    qfx.matrix(qfx.X(1), wire_order=[0, 1])  # np.kron(I, X)
+    ```
+    """
+    if not isinstance(observable, AbstractObservable):
+        raise TypeError(f"qfx.matrix: expected a qfx observable such as qfx.Z(0), got {observable!r}.")
+    lc = as_linear_combination(observable)
+    order = _dense_wires(lc, wire_order, "matrix")
+    dim = 2 ** len(order)
+    dtype = complex_dtype()
+    out = jnp.zeros((dim, dim), dtype)
+    at = [k for k, t in enumerate(lc.terms) if isinstance(t, PauliWord)]
+    if at:
+        rows, values = zip(*(_word_entries(lc.terms[k].word, order) for k in at), strict=True)
+        cols = np.tile(np.arange(dim), len(at))
+        weights = lc.coeffs[np.asarray(at)].astype(dtype)[:, None] * jnp.asarray(np.stack(values), dtype)
+        out = out.at[np.concatenate(rows), cols].add(weights.reshape(-1))
+    for k, t in enumerate(lc.terms):
+        if isinstance(t, Hermitian):
+            out = out + lc.coeffs[k].astype(dtype) * _embedded(t.matrix.astype(dtype), t.wires, order)
+    return out
+
+
+def eigvalsh(observable: AbstractObservable, wire_order=None) -> Array:
+    """The exact eigenvalues of an observable on a few wires, ascending (from its dense matrix).
+
+    **Arguments:**
+
+    - `observable`: any qfx observable.
+    - `wire_order`: as in `qfx.matrix`; wires beyond the observable's only repeat each eigenvalue.
+
+    **Returns:** a real array of `2**n` eigenvalues; `eigvalsh(H)[0]` is the ground-state energy.
+
+    ```python
+    qfx.eigvalsh(qfx.Z(0) @ qfx.Z(1) + 0.5 * qfx.X(0))  # [-1.118, -1.118, 1.118, 1.118]
+    ```
+    """
+    return jnp.linalg.eigvalsh(matrix(observable, wire_order))
+
+
+def ground_state(observable: AbstractObservable, wire_order=None) -> tuple[Array, Array]:
+    """The lowest eigenvalue of an observable on a few wires, and an eigenvector for it.
+
+    **Arguments:**
+
+    - `observable`: any qfx observable, e.g. a molecular Hamiltonian.
+    - `wire_order`: as in `qfx.matrix`: the wires of the state vector (the first is the most significant
+      bit). Pass `range(circuit.num_wires)` to compare with `qfx.state(circuit)`.
+
+    **Returns:** `(energy, state)`: a real scalar and a normalised vector of `2**n` amplitudes (one of
+    them, if the ground state is degenerate), usable as `initial_state=`.
+
+    ```python
+    H = qfx.Z(0) @ qfx.Z(1) + 0.5 * qfx.X(0)
+    energy, psi = qfx.ground_state(H)  # energy = -sqrt(1.25)
+    ```
+    """
+    values, vectors = jnp.linalg.eigh(matrix(observable, wire_order))
+    return values[0], vectors[:, 0]
+
+
+def square(lc: LinearCombination) -> LinearCombination:
+    """`O @ O` of `O = sum_k c_k T_k`, as `sum_k c_k**2 T_k**2 + sum_{j<k} c_j c_k {T_j, T_k}`: its structure
+    (the terms) is decided from the terms alone, never from the coefficients, which may be traced.
+    Anticommuting Pauli words drop out; a Hermitian term's products are dense on the wires involved."""
+    coeffs, factors, terms = [], [], []
+    for j, a in enumerate(lc.terms):
+        for k in range(j, len(lc.terms)):
+            b = lc.terms[k]
+            if isinstance(a, PauliWord) and isinstance(b, PauliWord):
+                phase, word = _word_product(a.word, b.word)
+                if phase.imag != 0:  # anticommuting: {a, b} = 0
+                    continue
+                factor, term = phase.real * (1 if j == k else 2), PauliWord(word)
+            else:
+                wires = tuple(sorted(set(a.wires) | set(b.wires)))
+                da, db = (_embedded(_dense(t).astype(complex_dtype()), t.wires, wires) for t in (a, b))
+                product = da @ da if j == k else da @ db + db @ da
+                factor, term = 1.0, Hermitian(product, wires)
+            coeffs.append((j, k))
+            factors.append(factor)
+            terms.append(term)
+    if not terms:
+        return LinearCombination(np.zeros((0,), real_dtype()), ())
+    xp, (c,) = _array_module(lc.coeffs)
+    j, k = (np.asarray(x) for x in zip(*coeffs, strict=True))
+    return _simplify(c[j] * c[k] * xp.asarray(np.asarray(factors), c.dtype), tuple(terms))

@@ -17,9 +17,11 @@ from .._measurements import (
     Estimate,
     Expval,
     Probs,
+    ProbsEstimate,
     Sample,
     State,
     Var,
+    VarEstimate,
 )
 from .._observables import Hermitian, LinearCombination, PauliWord
 from ._kernels import apply_matrix
@@ -144,6 +146,41 @@ def _estimates(state, lcs, key, shots: int, n: int) -> Array:
     return jnp.stack(out)
 
 
+def _multinomial(key, shots: int, p: Array) -> Array:
+    """Multinomial(shots, p) counts over the `2**k` outcomes of `p`, in the real dtype: bit by bit, each
+    count split between the outcomes' two continuations by a binomial draw (the exact distribution, in
+    `2**k` work and memory whatever `shots`). In float32, more than `_BINOMIAL_CHUNK` shots are drawn in
+    chunks of at most that many and added up exactly, as `_binomial` does."""
+    dtype = real_dtype()
+    k = round(math.log2(p.shape[0]))
+    if dtype != jnp.float64 and shots > _BINOMIAL_CHUNK:
+        full, rest = divmod(shots, _BINOMIAL_CHUNK)
+        sizes = [_BINOMIAL_CHUNK] * full + ([rest] if rest else [])
+        keys = jax.random.split(key, len(sizes))
+        draws = jax.vmap(lambda kk, size: _tree(kk, size, p, k))(keys, jnp.asarray(sizes, dtype))
+        return jnp.sum(draws.astype(jnp.int32), axis=0).astype(dtype)
+    return _tree(key, jnp.asarray(shots, dtype), p, k)
+
+
+def _tree(key, shots: Array, p: Array, k: int) -> Array:
+    counts = shots[None]
+    keys = jax.random.split(key, max(k, 1))
+    for level in range(k):
+        pairs = p.reshape(2 ** (level + 1), -1).sum(axis=1).reshape(-1, 2)  # marginals of the first bits
+        parent = pairs.sum(axis=1)
+        left = jnp.where(parent > 0, pairs[:, 0] / jnp.where(parent > 0, parent, 1), 0)
+        zero = jax.random.binomial(keys[level], counts, jnp.clip(left, 0, 1), dtype=counts.dtype)
+        counts = jnp.stack([zero, counts - zero], axis=1).reshape(-1)
+    return counts
+
+
+def _frequencies(state, wires: tuple[int, ...], key, shots: int, n: int) -> Array:
+    """The frequencies of the outcomes of `wires` among `shots` measurements: unbiased estimates of their
+    probabilities."""
+    p = jax.lax.stop_gradient(marginal_probs(state, wires, n))
+    return _sampled(_multinomial(key, shots, p.astype(real_dtype())) / shots, state)
+
+
 def _moments(state: Array, lcs, n: int) -> Array:
     """`<O^2>` and `<O>` of each observable, stacked: both linear in `|psi><psi|`."""
     mean = _expvals(state, lcs, n)
@@ -174,6 +211,18 @@ def measure_pure(measurement: AbstractMeasurement, state: Array, args, n: int) -
         return _estimates(state, payload, key, measurement.shots, n)
     if isinstance(measurement, Var):
         return _moments(state, payload, n)
+    if isinstance(measurement, ProbsEstimate):
+        return _frequencies(state, measurement.wires, key, measurement.shots, n)
+    if isinstance(measurement, VarEstimate):
+        lcs, squares = payload
+        k_square, k_one, k_two = jax.random.split(key, 3)
+        return jnp.stack(
+            [
+                _estimates(state, squares, k_square, measurement.shots, n),
+                _estimates(state, lcs, k_one, measurement.shots, n),
+                _estimates(state, lcs, k_two, measurement.shots, n),
+            ]
+        )
     if isinstance(measurement, Sample):
         p = jax.lax.stop_gradient(marginal_probs(state, measurement.wires, n))
         return bits(sample_indices(key, p, measurement.shots), len(measurement.wires))

@@ -10,7 +10,7 @@ from .._checks import check_key
 from .._circuit import Circuit
 from .._control import MidMeasure, Mixed, Program, capped_while, evaluate, traverse
 from .._custom_types import EXACT, real_dtype
-from .._measurements import Estimate, Sample
+from .._measurements import Estimate, ProbsEstimate, Sample, VarEstimate
 from .._memory import check_memory
 from ._kernels import apply_gate
 from ._measure import bits, measure_mixed, measure_pure
@@ -268,9 +268,9 @@ def evaluate_control(measurement, circuit: Circuit, psi0: Array, args, mcm) -> A
     """The value of `measurement` for a circuit holding control flow (see `StateVector.evaluate`)."""
     payload, key = args
     n = circuit.num_wires
-    if isinstance(measurement, Estimate):
+    if isinstance(measurement, (Estimate, ProbsEstimate, VarEstimate)):
         raise ValueError(
-            "qfx.expval: shots= is not supported for circuits with control flow or mid-circuit "
+            f"qfx.{measurement.name}: shots= is not supported for circuits with control flow or mid-circuit "
             "measurements; use mcm='exact', or mcm='sampled' and average over jax.vmap-ed keys."
         )
     if isinstance(measurement, Sample) and mcm == "sampled" and Program(circuit.ops).num_measurements:

@@ -30,7 +30,15 @@ from .. import _memory
 from .._backend import AbstractBackend
 from .._circuit import Circuit
 from .._custom_types import EXACT, complex_dtype, real_dtype
-from .._measurements import AbstractMeasurement, Amplitude, Estimate, Expval, Probs
+from .._measurements import (
+    AbstractMeasurement,
+    Amplitude,
+    Estimate,
+    Expval,
+    Probs,
+    ProbsEstimate,
+    VarEstimate,
+)
 from .._memory import check_memory
 from .._observables import Hermitian, LinearCombination, PauliWord
 from . import _cutensornet
@@ -128,7 +136,7 @@ class TensorNetwork(AbstractBackend):
 
     def prepare(self, measurement: AbstractMeasurement, circuit: Circuit, initial_state) -> None:
         fn = measurement.name
-        if isinstance(measurement, Estimate):
+        if isinstance(measurement, (Estimate, ProbsEstimate, VarEstimate)):
             raise ValueError(
                 f"qfx.{fn}: shots={measurement.shots} is not available with backend=qfx.TensorNetwork(), "
                 "which computes exact expectations; drop shots=, or use backend=qfx.StateVector()."
