@@ -94,13 +94,16 @@ ALL_GATES = {
         lambda r, w: qfx.Controlled(qfx.ISWAP(w[1:]), controls=w[:1], control_values=(0,)),
     ),
     "ControlledU2": (3, lambda r, w: qfx.Controlled(qfx.QubitUnitary(random_unitary(r, 4), w[1:]), w[:1])),
+    "SingleExcitation": (2, lambda r, w: qfx.SingleExcitation(*_angles(r, 1), wires=w)),
+    "DoubleExcitation": (4, lambda r, w: qfx.DoubleExcitation(*_angles(r, 1), wires=w)),
+    "StatePrep2": (2, lambda r, w: qfx.StatePrep(random_state(r, 2), wires=w)),
 }
 
 # Gates whose parameters are real angles (gradient batteries use these).
 ANGLE_GATES = {
     name: spec
     for name, spec in ALL_GATES.items()
-    if not name.startswith("QubitUnitary") and name != "ControlledU2"
+    if not name.startswith(("QubitUnitary", "StatePrep")) and name != "ControlledU2"
 }
 
 

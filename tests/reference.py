@@ -75,8 +75,28 @@ def gate_matrix(name, params, k):
         "Toffoli": lambda: controlled(X, 2),
         "CSWAP": lambda: controlled(np.eye(4)[[0, 2, 1, 3]]),
         "MultiRZ": lambda: expm_herm(kron_all([Z] * k), p[0] / 2),
+        "SingleExcitation": lambda: expm_herm((np.kron(Y, X) - np.kron(X, Y)) / 2, p[0] / 2),
+        "DoubleExcitation": lambda: expm_herm(_givens_generator(16, 3, 12), p[0] / 2),
     }
     return np.asarray(table[name](), dtype=complex)
+
+
+def _givens_generator(dim, a, b):
+    """The Hermitian `i |b><a| - i |a><b|`: exp(-i t/2 of it) rotates |a> towards |b> by the angle t/2."""
+    h = np.zeros((dim, dim), dtype=complex)
+    h[b, a], h[a, b] = 1j, -1j
+    return h
+
+
+def state_prep_matrix(psi):
+    """The documented matrix of qfx.StatePrep(psi): with psi[0] = r e^{ia} (a = 0 where r = 0),
+    u = e^{-ia} psi and w = |0> + u, it is -e^{ia} (I - w w^dagger / (1 + r))."""
+    psi = np.asarray(psi, dtype=complex)
+    r = abs(psi[0])
+    phase = psi[0] / r if r > 0 else 1.0
+    w = np.conj(phase) * psi
+    w[0] += 1
+    return -phase * (np.eye(psi.size) - np.outer(w, w.conj()) / (1 + r))
 
 
 def embed(u, wires, n):
@@ -109,6 +129,8 @@ def op_matrix(op, k=None):
         return _controlled_on(X, op.control_values)
     if name == "QubitUnitary":
         return np.asarray(op.U, dtype=complex)
+    if name == "StatePrep":
+        return state_prep_matrix(op.state)
     if name == "PauliRot":
         return expm_herm(kron_all([PAULI[c] for c in op.pauli_word]), float(op.theta) / 2)
     params = [float(x) for x in op.parameters]

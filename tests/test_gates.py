@@ -44,7 +44,7 @@ def _layouts(name: str):
     rng = _rng(name, 1)
     return {
         "ascending": tuple(range(k)),
-        "reversed_gapped": tuple(range(2 * (k - 1), -1, -2)),  # e.g. (4, 2, 0)
+        "reversed_gapped": tuple(range(2 * (k - 1), -1, -2)) if k < 4 else (4, 2, 1, 0),  # e.g. (4, 2, 0)
         "random": tuple(int(w) for w in rng.choice(5, size=k, replace=False)),
     }
 

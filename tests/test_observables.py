@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import qfx
+from qfx._observables import square
 
 from . import reference as ref
 from .helpers import random_state, random_unitary
@@ -279,3 +280,251 @@ def test_linear_combination_takes_pauli_gates_as_terms():
     circ = qfx.Circuit([qfx.RY(0.4, wires=0), qfx.H(1)])
     built = 0.5 * qfx.Z(0) + 2.0 * qfx.X(1) - 1.0 * qfx.I(0)
     assert float(qfx.expval(circ, direct)) == pytest.approx(ref.expval(circ, built), abs=1e-6)
+
+
+# --- Pauli strings, building from terms, dense matrices ------------------------------------------------
+
+
+def test_pauli_strings():
+    assert qfx.pauli("XZIY") == qfx.PauliWord({0: "X", 1: "Z", 3: "Y"})
+    assert qfx.pauli("ZZ", wires=(2, 5)) == qfx.PauliWord({2: "Z", 5: "Z"})
+    assert qfx.pauli("") == qfx.PauliWord() == qfx.PauliWord.from_string("I")
+    assert qfx.PauliWord.from_string("X0 Z3") == qfx.PauliWord({0: "X", 3: "Z"})
+    assert qfx.PauliWord.from_string(" Y2 @ X0 I1 ") == qfx.PauliWord({0: "X", 2: "Y"})
+    np.testing.assert_allclose(qfx.pauli("XZIY").matrix(wire_order=range(4)), kron(X, Z, I2, Y))
+    np.testing.assert_allclose(qfx.pauli("XZIY").matrix(), kron(X, Z, Y))  # its own wires 0, 1, 3
+
+
+def test_from_terms_and_from_dict():
+    h = qfx.Hermitian(_herm(np.random.default_rng(3), 2), 1)
+    lc = qfx.LinearCombination.from_terms(
+        [(0.5, "Z0 Z1"), (-0.2, "X0"), (0.1, qfx.Z(1)), (0.3, "Z1 Z0"), (0.7, h)]
+    )
+    assert len(lc.terms) == 4  # Z0 Z1 merged
+    expected = 0.8 * kron(Z, Z) - 0.2 * kron(X, I2) + 0.1 * kron(I2, Z) + 0.7 * kron(I2, np.asarray(h.matrix))
+    np.testing.assert_allclose(qfx.matrix(lc), expected, atol=1e-6)
+    d = qfx.LinearCombination.from_dict({"Z0 Z1": 0.5, qfx.pauli("XX"): -0.2})
+    np.testing.assert_allclose(qfx.matrix(d), 0.5 * kron(Z, Z) - 0.2 * kron(X, X), atol=1e-6)
+    # Traced coefficients: d <psi|H|psi> / d c is the term's value.
+    circ = qfx.Circuit([qfx.RY(0.4, 0), qfx.CNOT((0, 1))])
+    grad = jax.jit(
+        jax.grad(lambda c: qfx.expval(circ, qfx.LinearCombination.from_dict({"Z0 Z1": c, "X0": 1.0})))
+    )
+    np.testing.assert_allclose(grad(jnp.float32(0.3)), 1.0, atol=1e-6)  # <ZZ> = 1 on this state
+
+
+def test_matrix_wire_order():
+    rng = np.random.default_rng(4)
+    h = qfx.Hermitian(_herm(rng, 4), wires=(2, 0))
+    obs = 0.3 * qfx.X(0) @ qfx.Y(2) - 0.6 * qfx.Z(1) + 0.5 * h + 0.2 * qfx.I(0)
+    dense = ref.observable_matrix(obs, 3)  # on wires 0, 1, 2
+    np.testing.assert_allclose(qfx.matrix(obs), dense, atol=1e-6)
+    order = (2, 0, 3, 1)
+    # The same operator with wire w at position order.index(w), and wire 3 idle.
+    expected = ref.embed(dense, tuple(order.index(w) for w in range(3)), 4)
+    np.testing.assert_allclose(obs.matrix(wire_order=order), expected, atol=1e-6)
+    np.testing.assert_allclose(qfx.matrix(qfx.X(1), wire_order=[1, 0]), kron(X, I2))
+    assert qfx.matrix(qfx.PauliWord()).shape == (1, 1)
+
+
+def test_eigvalsh_and_ground_state():
+    rng = np.random.default_rng(5)
+    obs = 0.7 * qfx.Z(0) @ qfx.Z(1) - 0.4 * qfx.X(1) + 0.3 * qfx.Hermitian(_herm(rng, 2), 2) + 0.2 * qfx.Y(0)
+    dense = ref.observable_matrix(obs, 3)
+    np.testing.assert_allclose(qfx.eigvalsh(obs), np.linalg.eigvalsh(dense), atol=1e-5)
+    energy, psi = qfx.ground_state(obs, wire_order=range(3))
+    np.testing.assert_allclose(energy, np.linalg.eigvalsh(dense)[0], atol=1e-5)
+    np.testing.assert_allclose(dense @ np.asarray(psi), float(energy) * np.asarray(psi), atol=1e-5)
+    # Hellmann-Feynman: d E0 / d c_k = <psi0|T_k|psi0> (a non-degenerate ground state).
+    lc = qfx.LinearCombination(
+        jnp.asarray([0.7, -0.4, 0.2]), [qfx.pauli("ZZ"), qfx.pauli("IX"), qfx.pauli("YI")]
+    )
+    grad = jax.grad(lambda c: qfx.ground_state(qfx.LinearCombination(c, lc.terms))[0])(lc.coeffs)
+    _, psi = qfx.ground_state(lc)
+    values = [float(np.real(np.vdot(psi, ref.observable_matrix(t, 2) @ np.asarray(psi)))) for t in lc.terms]
+    np.testing.assert_allclose(grad, values, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "match"),
+    [
+        (lambda: qfx.pauli("XQ"), ValueError, "string over I, X, Y and Z"),
+        (lambda: qfx.pauli("XY", wires=[0]), ValueError, "2 letters but wires=.0,. has 1"),
+        (lambda: qfx.PauliWord.from_string("X0 Z"), ValueError, r"'Z' in 'X0 Z' is not a letter"),
+        (lambda: qfx.PauliWord.from_string("X1 Z1"), ValueError, "wire 1 appears twice"),
+        (lambda: qfx.PauliWord.from_string(3), TypeError, "expected a string such as 'X0 Z3'"),
+        (lambda: qfx.LinearCombination.from_terms([0.5]), TypeError, r"expected \(coefficient, term\) pairs"),
+        (lambda: qfx.LinearCombination.from_terms([(0.5, 3)]), TypeError, "a term is a Pauli string"),
+        (
+            lambda: qfx.LinearCombination.from_terms([(1.0, qfx.X(0) + qfx.Z(0))]),
+            TypeError,
+            "add linear combi",
+        ),
+        (lambda: qfx.LinearCombination.from_terms([(1j, "X0")]), TypeError, "coefficients must be real"),
+        (lambda: qfx.LinearCombination.from_dict([("X0", 1.0)]), TypeError, r"expected a dict \{term: coef"),
+        (lambda: qfx.matrix("X0"), TypeError, "expected a qfx observable"),
+        (lambda: qfx.matrix(qfx.X(3), wire_order=[0, 1]), ValueError, r"wires \[3\], which wire_order"),
+        (lambda: qfx.matrix(qfx.X(0), wire_order=[0, 0]), ValueError, "wire_order must be distinct"),
+        (
+            lambda: qfx.eigvalsh(qfx.Z(0), wire_order=range(14)),
+            ValueError,
+            r"4\*\*14 entries; qfx builds them for at most 12",
+        ),
+    ],
+)
+def test_dense_and_pauli_errors(make, error, match):
+    with pytest.raises(error, match=match):
+        make()
+
+
+# --- counts ---------------------------------------------------------------------------------------------
+
+
+def test_counts():
+    circ = qfx.Circuit([qfx.H(0), qfx.RY(1.1, 1), qfx.CNOT((1, 2))])
+    bits = qfx.sample(circ, key=jax.random.key(0), shots=200)
+    host = np.asarray(bits)
+    index = host @ np.array([4, 2, 1])
+    np.testing.assert_array_equal(qfx.counts(bits), np.bincount(index, minlength=8))
+    as_dict = qfx.counts(bits, as_dict=True)
+    assert as_dict == {format(i, "03b"): int(c) for i, c in enumerate(np.bincount(index, minlength=8)) if c}
+    assert list(as_dict) == sorted(as_dict)
+    keys = jax.random.split(jax.random.key(1), 3)
+    batched = jax.jit(jax.vmap(lambda k: qfx.counts(qfx.sample(circ, key=k, shots=50))))(keys)
+    assert batched.shape == (3, 8) and batched.dtype == jnp.int32
+    np.testing.assert_array_equal(batched.sum(axis=1), 50)
+    wide = np.zeros((2, 40), np.int32)
+    wide[1, 0] = 1
+    assert qfx.counts(wide, as_dict=True) == {"0" * 40: 1, "1" + "0" * 39: 1}
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "match"),
+    [
+        (lambda: qfx.counts(np.ones((2, 2)) * 0.5), TypeError, "must hold integers 0 or 1, got dtype float"),
+        (lambda: qfx.counts(np.ones(3, np.int32)), ValueError, r"shape \(shots, k\)"),
+        (lambda: qfx.counts(np.full((2, 2), 2)), ValueError, "samples must be 0 or 1"),
+        (
+            lambda: jax.jit(lambda s: qfx.counts(s, as_dict=True))(jnp.ones((2, 2), jnp.int32)),
+            TypeError,
+            "traced",
+        ),
+        (lambda: qfx.counts(np.zeros((1, 60), np.int32)), ValueError, "as_dict=True"),
+    ],
+)
+def test_counts_errors(make, error, match):
+    with pytest.raises(error, match=match):
+        make()
+
+
+# --- shots for probs and var ------------------------------------------------------------------------------
+
+_PS = qfx.diff.ParameterShift()
+_OBS = 0.3 * qfx.X(0) + 0.7 * qfx.Z(0) @ qfx.Z(1) - 0.4 * qfx.Y(1)
+
+
+def _shots_circuit(th):
+    return qfx.Circuit([qfx.RY(th[0], 0), qfx.RX(th[1], 1), qfx.CNOT((0, 1))])
+
+
+def _values_and_jacobians(estimate, theta, keys):
+    """The estimates and their forward-mode Jacobians (parameter shift) for each key, in one program."""
+    run = jax.jit(jax.vmap(lambda th, k: (estimate(th, k), jax.jacfwd(estimate)(th, k)), in_axes=(None, 0)))
+    values, jacobians = run(jnp.asarray(theta, jnp.float32), keys)
+    return np.asarray(values, np.float64), np.asarray(jacobians, np.float64)
+
+
+def _central(f, theta, eps=1e-6):
+    return np.stack([(f(theta + e) - f(theta - e)) / (2 * eps) for e in eps * np.eye(theta.size)], axis=-1)
+
+
+def test_probs_with_shots_are_frequencies_and_unbiased():
+    theta = np.array([0.5, 0.8])
+    exact = ref.probs(_shots_circuit(theta), [1, 0])
+    one = np.asarray(qfx.probs(_shots_circuit(theta), [1, 0], shots=7, key=jax.random.key(0)))
+    np.testing.assert_allclose(one * 7, np.round(one * 7), atol=1e-5)  # counts / shots
+    np.testing.assert_allclose(one.sum(), 1, atol=1e-6)
+    repeats, shots = 2000, 20
+    keys = jax.random.split(jax.random.key(1), repeats)
+
+    def estimate(th, key):
+        return qfx.probs(_shots_circuit(th), [1, 0], shots=shots, key=key, diff=_PS)
+
+    values, jac = _values_and_jacobians(estimate, theta, keys)
+    bound = np.sqrt(exact * (1 - exact) / (shots * repeats))  # the standard deviation of the mean
+    assert np.all(np.abs(values.mean(0) - exact) < 5 * bound + 1e-6)
+    # Parameter shift with a fresh key per shifted evaluation: an unbiased gradient estimator.
+    expected = _central(lambda th: ref.probs(_shots_circuit(th), [1, 0]), theta)
+    spread = jac.std(0) / np.sqrt(repeats)
+    assert np.all(np.abs(jac.mean(0) - expected) < 5 * spread + 1e-6), (jac.mean(0), expected)
+
+
+def test_probs_with_more_shots_than_float32_counts_exactly():
+    circ = qfx.Circuit([qfx.RY(1.0, 0)])
+    shots = 2**25 + 3  # drawn in chunks of 2**24 in float32
+    p = np.asarray(qfx.probs(circ, shots=shots, key=jax.random.key(2)), np.float64)
+    exact = np.array([np.cos(0.5) ** 2, np.sin(0.5) ** 2])
+    assert abs(p.sum() - 1) < 1e-6
+    assert np.all(np.abs(p - exact) < 5 * np.sqrt(exact * (1 - exact) / shots) + 1e-7)
+
+
+def test_var_with_shots_is_unbiased_at_few_shots():
+    """With 2 shots the square of one estimate of <O> would be biased by Var(O) / 2, more than 5 standard
+    deviations of the mean here; the product of two independent estimates is not biased. A sum of Pauli
+    words, one word, and a Hermitian term beside a Pauli word on its wire."""
+    herm = qfx.Hermitian(_herm(np.random.default_rng(7), 2), 1)
+    observables = [_OBS, qfx.Z(0), 0.5 * herm + 0.3 * qfx.X(1)]
+    theta = np.array([0.5, 0.8])
+    repeats, shots = 4000, 2
+    keys = jax.random.split(jax.random.key(3), repeats)
+
+    def estimate(th, key):
+        return qfx.var(_shots_circuit(th), observables, shots=shots, key=key, diff=_PS)
+
+    values, grads = _values_and_jacobians(estimate, theta, keys)
+    exact = np.array([ref.var(_shots_circuit(theta), o) for o in observables])
+    spread = values.std(0) / np.sqrt(repeats)
+    assert np.all(exact / shots > 5 * spread)  # the bias this test would see
+    assert np.all(np.abs(values.mean(0) - exact) < 5 * spread), (values.mean(0), exact, spread)
+    expected = _central(lambda th: np.array([ref.var(_shots_circuit(th), o) for o in observables]), theta)
+    spread = grads.std(0) / np.sqrt(repeats)
+    assert np.all(np.abs(grads.mean(0) - expected) < 5 * spread), (grads.mean(0), expected)
+
+
+def test_square_is_the_operator_square():
+    rng = np.random.default_rng(8)
+    obs = 0.3 * qfx.X(0) + 0.7 * qfx.Z(0) - 0.4 * qfx.Z(1) @ qfx.X(0) + 0.2 * qfx.Hermitian(_herm(rng, 2), 1)
+    obs = obs + 0.5 * qfx.Hermitian(_herm(rng, 4), (1, 2))
+    m = ref.observable_matrix(obs, 3)
+    np.testing.assert_allclose(ref.observable_matrix(square(obs), 3), m @ m, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (
+            lambda c: jax.grad(
+                lambda t: qfx.probs(qfx.Circuit([qfx.RY(t, 0)]), shots=5, key=jax.random.key(0))[0]
+            )(0.3),
+            "shot-based estimate .* cannot be differentiated through the simulation",
+        ),
+        (lambda c: qfx.probs(c, shots=5), r"qfx.probs: shots=5 needs a PRNG key"),
+        (
+            lambda c: qfx.var(c, qfx.Z(0), shots=0, key=jax.random.key(0)),
+            "qfx.var: shots must be a positive int",
+        ),
+        (
+            lambda c: qfx.probs(c, shots=5, key=jax.random.key(0), backend=qfx.TensorNetwork()),
+            r"qfx.probs: shots=5 is not available with backend=qfx.TensorNetwork\(\)",
+        ),
+        (
+            lambda c: qfx.var(
+                qfx.Circuit([qfx.measure(0)]), qfx.Z(0), shots=5, key=jax.random.key(0), mcm="exact"
+            ),
+            "qfx.var: shots= is not supported for circuits with control flow",
+        ),
+    ],
+)
+def test_shots_errors(make, match):
+    with pytest.raises(ValueError, match=match):
+        make(qfx.Circuit([qfx.H(0)]))

@@ -98,17 +98,6 @@ def _term_estimate(state, term: Hermitian, key, shots: int, n: int) -> Array:
     return jnp.mean(eig.astype(real_dtype())[sample_indices(key, p, shots)])
 
 
-def _word_estimates(state, words: tuple, key, shots: int, n: int) -> Array:
-    """The means of `shots` measurements of each Pauli word, each measured on its own.
-
-    A word's outcomes are +-1 with probabilities (1 +- <P>) / 2, so the number of +1 outcomes is binomial:
-    drawn from the exact values, with no rotated state per word (the program does not grow with the
-    number of words). The same distribution as sampling bit strings in the word's eigenbasis."""
-    exact = jax.lax.stop_gradient(pauli_expvals(state, words, n))
-    plus = _binomial(key, shots, jnp.clip((1 + exact) / 2, 0, 1))
-    return 2 * plus / shots - 1
-
-
 # `jax.random.binomial` in float32 keeps the right spread up to about 2**26 trials and not beyond (its
 # standard deviation came out 1.06x the binomial one at 10**8 trials, 1.5x at 10**9); float64 does at any
 # count qfx takes (shots < 2**31).
@@ -129,18 +118,34 @@ def _binomial(key, shots: int, p: Array) -> Array:
 
 
 def _estimates(state, lcs, key, shots: int, n: int) -> Array:
-    """Shot estimates of each observable: every term measured with its own `shots` samples."""
+    """Shot estimates of each observable: every term measured with its own `shots` samples.
+
+    A Pauli word's outcomes are +-1 with probabilities (1 +- <P>) / 2, so the number of +1 outcomes is
+    binomial: drawn from the exact values, with no rotated state per word, and for every word of every
+    observable in one draw (one program whatever the number of words or observables; a word in two
+    observables is drawn twice, independently). The same distribution as sampling bit strings in the
+    word's eigenbasis. Hermitian terms are sampled in their eigenbasis."""
+    entries = [(i, k) for i, lc in enumerate(lcs) for k, t in enumerate(lc.terms) if isinstance(t, PauliWord)]
+    dense = [
+        (i, k) for i, lc in enumerate(lcs) for k, t in enumerate(lc.terms) if not isinstance(t, PauliWord)
+    ]
+    k_words, *k_terms = jax.random.split(key, len(dense) + 1)
+    values: dict = {}
+    if entries:
+        words = _words(lcs)
+        exact = jax.lax.stop_gradient(pauli_expvals(state, tuple(words), n))
+        index = np.asarray([words[lcs[i].terms[k].word] for i, k in entries])
+        plus = _binomial(k_words, shots, jnp.clip((1 + exact[index]) / 2, 0, 1))
+        drawn = 2 * plus / shots - 1
+        values = {entry: drawn[j] for j, entry in enumerate(entries)}
+    for (i, k), k_term in zip(dense, k_terms, strict=True):
+        values[i, k] = _term_estimate(state, lcs[i].terms[k], k_term, shots, n)
     out = []
-    for lc in lcs:
+    for i, lc in enumerate(lcs):
         if not lc.terms:  # the zero observable, as without shots
             out.append(jnp.zeros((), real_dtype()))
             continue
-        key, k_words, *k_terms = jax.random.split(key, len(lc.terms) + 2)
-        at = [k for k, t in enumerate(lc.terms) if isinstance(t, PauliWord)]
-        rest = [k for k, t in enumerate(lc.terms) if not isinstance(t, PauliWord)]
-        parts = [_word_estimates(state, tuple(lc.terms[k].word for k in at), k_words, shots, n)] if at else []
-        parts += [_term_estimate(state, lc.terms[k], k_terms[k], shots, n)[None] for k in rest]
-        vals = jnp.concatenate(parts)[np.argsort(at + rest)]  # in the order of the terms
+        vals = jnp.stack([values[i, k] for k in range(len(lc.terms))])
         # Sampling is marked per term, so the estimate stays differentiable in the coefficients.
         out.append(jnp.dot(lc.coeffs, _sampled(vals, state), precision=EXACT))
     return jnp.stack(out)
@@ -213,16 +218,9 @@ def measure_pure(measurement: AbstractMeasurement, state: Array, args, n: int) -
         return _moments(state, payload, n)
     if isinstance(measurement, ProbsEstimate):
         return _frequencies(state, measurement.wires, key, measurement.shots, n)
-    if isinstance(measurement, VarEstimate):
+    if isinstance(measurement, VarEstimate):  # in one draw: squares, then two independent sets of values
         lcs, squares = payload
-        k_square, k_one, k_two = jax.random.split(key, 3)
-        return jnp.stack(
-            [
-                _estimates(state, squares, k_square, measurement.shots, n),
-                _estimates(state, lcs, k_one, measurement.shots, n),
-                _estimates(state, lcs, k_two, measurement.shots, n),
-            ]
-        )
+        return _estimates(state, (*squares, *lcs, *lcs), key, measurement.shots, n).reshape(3, len(lcs))
     if isinstance(measurement, Sample):
         p = jax.lax.stop_gradient(marginal_probs(state, measurement.wires, n))
         return bits(sample_indices(key, p, measurement.shots), len(measurement.wires))
