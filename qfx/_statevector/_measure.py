@@ -154,28 +154,45 @@ def _estimates(state, lcs, key, shots: int, n: int) -> Array:
 def _multinomial(key, shots: int, p: Array) -> Array:
     """Multinomial(shots, p) counts over the `2**k` outcomes of `p`, in the real dtype: bit by bit, each
     count split between the outcomes' two continuations by a binomial draw (the exact distribution, in
-    `2**k` work and memory whatever `shots`). In float32, more than `_BINOMIAL_CHUNK` shots are drawn in
-    chunks of at most that many and added up exactly, as `_binomial` does."""
+    `k 2**k` work and `2**k` memory whatever `shots`). In float32, more than `_BINOMIAL_CHUNK` shots are
+    drawn in chunks of at most that many and added up exactly, as `_binomial` does."""
     dtype = real_dtype()
-    k = round(math.log2(p.shape[0]))
     if dtype != jnp.float64 and shots > _BINOMIAL_CHUNK:
         full, rest = divmod(shots, _BINOMIAL_CHUNK)
-        sizes = [_BINOMIAL_CHUNK] * full + ([rest] if rest else [])
-        keys = jax.random.split(key, len(sizes))
-        draws = jax.vmap(lambda kk, size: _tree(kk, size, p, k))(keys, jnp.asarray(sizes, dtype))
+        sizes = jnp.asarray([_BINOMIAL_CHUNK] * full + ([rest] if rest else []), dtype)
+        keys = jax.random.split(key, sizes.shape[0])
+        draws = jax.vmap(lambda kk, size: _tree(kk, size, p))(keys, sizes)
         return jnp.sum(draws.astype(jnp.int32), axis=0).astype(dtype)
-    return _tree(key, jnp.asarray(shots, dtype), p, k)
+    return _tree(key, jnp.asarray(shots, dtype), p)
 
 
-def _tree(key, shots: Array, p: Array, k: int) -> Array:
-    counts = shots[None]
-    keys = jax.random.split(key, max(k, 1))
-    for level in range(k):
-        pairs = p.reshape(2 ** (level + 1), -1).sum(axis=1).reshape(-1, 2)  # marginals of the first bits
+def _tree(key, shots: Array, p: Array) -> Array:
+    """The draws of `_multinomial`, one level of bits per step of a `lax.scan`: one binomial in the
+    program (each costs seconds of compilation) whatever the number of bits. At level `j` the count of
+    the outcomes that start with the `j`-bit prefix `a` is held at index `a << (k - j)`; its share that
+    continues with a 0 stays there and the rest moves `2**(k - j - 1)` on."""
+    size = p.shape[0]
+    k = round(math.log2(size))
+    if k == 0:
+        return shots[None]
+    fractions = []  # level j at offset 2**j - 1: P(prefix a0) / P(prefix a) for each j-bit prefix a
+    for j in range(k):
+        pairs = p.reshape(2**j, 2, -1).sum(axis=2)
         parent = pairs.sum(axis=1)
-        left = jnp.where(parent > 0, pairs[:, 0] / jnp.where(parent > 0, parent, 1), 0)
-        zero = jax.random.binomial(keys[level], counts, jnp.clip(left, 0, 1), dtype=counts.dtype)
-        counts = jnp.stack([zero, counts - zero], axis=1).reshape(-1)
+        fractions.append(jnp.where(parent > 0, pairs[:, 0] / jnp.where(parent > 0, parent, 1), 0))
+    pyramid = jnp.clip(jnp.concatenate(fractions), 0, 1)
+    index = jnp.arange(size, dtype=jnp.int32)
+
+    def level(counts, step):
+        j, key_j = step
+        rest = k - j  # the bits after the prefix
+        held = (index & ((1 << rest) - 1)) == 0
+        fraction = jnp.where(held, pyramid[(1 << j) - 1 + (index >> rest)], 0)
+        zero = jax.random.binomial(key_j, counts, fraction.astype(counts.dtype), dtype=counts.dtype)
+        return zero + jnp.roll(counts - zero, 1 << (rest - 1)), None
+
+    start = jnp.zeros(size, shots.dtype).at[0].set(shots)
+    counts, _ = jax.lax.scan(level, start, (jnp.arange(k, dtype=jnp.int32), jax.random.split(key, k)))
     return counts
 
 
