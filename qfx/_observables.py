@@ -363,9 +363,8 @@ class LinearCombination(AbstractObservable):
         H = qfx.LinearCombination.from_terms([(0.5, "Z0 Z1"), (-0.2, "X0"), (0.1, qfx.Z(1))])
         ```
         """
-        pairs = list(terms.items()) if isinstance(terms, dict) else list(terms)
         coeffs, out = [], []
-        for pair in pairs:
+        for pair in terms:
             if not isinstance(pair, (tuple, list)) or len(pair) != 2:
                 raise TypeError(
                     f"LinearCombination.from_terms: expected (coefficient, term) pairs, got {pair!r}."

@@ -354,6 +354,7 @@ def test_eigvalsh_and_ground_state():
         (lambda: qfx.PauliWord.from_string("X1 Z1"), ValueError, "wire 1 appears twice"),
         (lambda: qfx.PauliWord.from_string(3), TypeError, "expected a string such as 'X0 Z3'"),
         (lambda: qfx.LinearCombination.from_terms([0.5]), TypeError, r"expected \(coefficient, term\) pairs"),
+        (lambda: qfx.LinearCombination.from_terms({"X0": 0.5}), TypeError, r"pairs, got 'X0'.*"),
         (lambda: qfx.LinearCombination.from_terms([(0.5, 3)]), TypeError, "a term is a Pauli string"),
         (
             lambda: qfx.LinearCombination.from_terms([(1.0, qfx.X(0) + qfx.Z(0))]),
