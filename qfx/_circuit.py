@@ -70,7 +70,13 @@ class Circuit(eqx.Module):
         ops = relabel_ops(_validate_ops(ops, "Circuit"), {})
         used = max((w for op in ops for w in op.wires), default=-1) + 1
         if num_wires is None:
-            num_wires = max(used, 1)
+            if not used:  # not 1 by default: "the circuit has 1 wire" would surprise later
+                why = "it has no operations" if not ops else "its operations act on no wire"
+                raise ValueError(
+                    f"Circuit: cannot infer the number of wires ({why}); pass num_wires, e.g. "
+                    "qfx.Circuit([], num_wires=2)."
+                )
+            num_wires = used
         count = static_count(num_wires, 1)
         if count is None:
             raise ValueError(f"Circuit: num_wires must be a positive int, got {num_wires!r}.")
@@ -79,8 +85,8 @@ class Circuit(eqx.Module):
             bad = [w for w in op.wires if w >= num_wires]
             if bad:
                 raise ValueError(
-                    f"{op!r} acts on wire {bad[0]}, but the circuit has {num_wires} wires "
-                    f"(0..{num_wires - 1}); pass num_wires={max(op.wires) + 1} or fix the wire."
+                    f"{op!r} acts on wire {bad[0]}, but the circuit has {wire_range(num_wires)}; "
+                    f"pass num_wires={max(op.wires) + 1} or fix the wire."
                 )
         self.ops = ops
         self.num_wires = int(num_wires)
@@ -105,6 +111,20 @@ class Circuit(eqx.Module):
 
     def __repr__(self):
         return f"Circuit(num_wires={self.num_wires}, ops=[{', '.join(map(repr, self.ops))}])"
+
+
+def wire_range(num_wires: int) -> str:
+    """`"3 wires (0..2)"`, `"1 wire (0)"`: how error messages name a circuit's wires."""
+    return "1 wire (0)" if num_wires == 1 else f"{num_wires} wires (0..{num_wires - 1})"
+
+
+def sub_circuit(ops: Iterable[AbstractOperation]) -> Circuit:
+    """The `Circuit` of a branch, a loop body or a layer: its `num_wires` is never read (the enclosing
+    circuit's counts), so an empty one is allowed (with 1 wire) where `Circuit([])` asks for `num_wires`."""
+    ops = tuple(ops)
+    if any(isinstance(op, AbstractOperation) and op.wires for op in ops):
+        return Circuit(ops)
+    return Circuit(ops, num_wires=1)
 
 
 class Repeat(AbstractOperation):
@@ -262,8 +282,9 @@ def check_circuit(circuit, fn: str) -> Circuit:
     used = max((w for op in circuit.ops for w in op.wires), default=-1)
     if used >= circuit.num_wires:  # `Circuit` checks this, but `eqx.tree_at` edits skip its __init__
         raise ValueError(
-            f"qfx.{fn}: an operation acts on wire {used}, but the circuit has {circuit.num_wires} wires; "
-            "build a new qfx.Circuit (with num_wires=...) after replacing operations."
+            f"qfx.{fn}: an operation acts on wire {used}, but the circuit has "
+            f"{wire_range(circuit.num_wires)}; build a new qfx.Circuit (with num_wires=...) after replacing "
+            "operations."
         )
     leaves, treedef = jax.tree.flatten(circuit)
     arrays = all(isinstance(x, jax.Array) for x in leaves)  # tracers are jax.Arrays too
@@ -326,7 +347,7 @@ def repeat(
                 "qfx.repeat: layer_fn must return a Circuit or a list of operations, got "
                 f"{type(out).__name__}."
             )
-        return Circuit(out, num_wires)
+        return Circuit(out, num_wires) if num_wires is not None else sub_circuit(out)
 
     # The length from the arguments: a layer may use none of them (a fixed entangler repeated).
     return Repeat(eqx.filter_vmap(one)(*stacked), length=arrays[0].shape[0])

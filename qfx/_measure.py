@@ -18,7 +18,7 @@ import numpy as np
 
 from ._backend import AbstractBackend
 from ._checks import as_dtype, as_numeric, check_key, is_concrete, static_count, static_wires
-from ._circuit import Circuit, check_circuit
+from ._circuit import Circuit, check_circuit, wire_range
 from ._measurements import (
     AbstractMeasurement,
     Amplitude,
@@ -142,8 +142,8 @@ def _check_wires_in(circuit: Circuit, wires, what) -> None:
     if bad:
         what = what() if callable(what) else what
         raise ValueError(
-            f"{what} acts on wire {bad[0]}, but the circuit has {circuit.num_wires} wires "
-            f"(0..{circuit.num_wires - 1}); pass num_wires={max(wires) + 1} to the Circuit or fix the wire."
+            f"{what} acts on wire {bad[0]}, but the circuit has {wire_range(circuit.num_wires)}; pass "
+            f"num_wires={max(wires) + 1} to the Circuit or fix the wire."
         )
 
 

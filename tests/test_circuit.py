@@ -24,7 +24,7 @@ def _zero(n):
 def test_num_wires_inferred_or_given():
     assert qfx.Circuit([qfx.H(0), qfx.CNOT((0, 3))]).num_wires == 4
     assert qfx.Circuit([qfx.H(0)], num_wires=3).num_wires == 3
-    assert qfx.Circuit().num_wires == 1
+    assert qfx.Circuit([], num_wires=1).num_wires == 1  # without num_wires: an error (test_errors.py)
     np.testing.assert_allclose(qfx.state(qfx.Circuit([], num_wires=2)), _zero(2))
 
 

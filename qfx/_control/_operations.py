@@ -34,7 +34,7 @@ from jaxtyping import Array, ArrayLike
 import numpy as np
 
 from .._checks import as_dtype, as_leaf, as_numeric, static_bit, static_count
-from .._circuit import Circuit, Repeat, check_parameter_shapes, relabel_circuit, relabel_ops
+from .._circuit import Circuit, Repeat, check_parameter_shapes, relabel_circuit, relabel_ops, sub_circuit
 from .._custom_types import real_dtype
 from .._gates import AbstractOperation
 
@@ -389,7 +389,7 @@ def _as_circuit(ops, what: str) -> Circuit:
         ops = [ops]
     if not isinstance(ops, Iterable):
         raise TypeError(f"{what}: expected an operation, a list of operations or a Circuit, got {ops!r}.")
-    return Circuit(ops)
+    return sub_circuit(ops)
 
 
 def _union_wires(ops) -> tuple[int, ...]:
@@ -668,7 +668,7 @@ class _InverseIteration(eqx.Module):
     length: int = eqx.field(static=True)
 
     def __call__(self, i, body):
-        return Circuit(_body_ops(body(self.length - 1 - i), "qfx.for_loop")).inverse()
+        return sub_circuit(_body_ops(body(self.length - 1 - i), "qfx.for_loop")).inverse()
 
 
 def for_loop(length: "int | ArrayLike", body: Callable[..., Any], *args: Any) -> ForLoop:
