@@ -5,7 +5,7 @@ from ._backend import (
     AbstractBackend as AbstractBackend,
     AbstractStateVectorBackend as AbstractStateVectorBackend,
 )
-from ._circuit import Circuit as Circuit, Repeat as Repeat, draw as draw, repeat as repeat
+from ._circuit import Circuit as Circuit, Repeat as Repeat, repeat as repeat
 from ._control import (
     Cond as Cond,
     ForLoop as ForLoop,
@@ -19,6 +19,7 @@ from ._control import (
     switch as switch,
     while_loop as while_loop,
 )
+from ._drawing import draw as draw, draw_mpl as draw_mpl
 from ._gates import (
     CNOT as CNOT,
     CRX as CRX,

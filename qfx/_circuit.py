@@ -7,8 +7,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._checks import as_leaf, host_number, is_numeric_leaf, static_count
-from ._gates import AbstractGate, AbstractOperation, Adjoint, QubitUnitary, check_unitary
+from ._checks import as_leaf, is_numeric_leaf, static_count
+from ._gates import AbstractGate, AbstractOperation, QubitUnitary, check_unitary
 
 
 def _validate_ops(ops, where: str) -> tuple[AbstractOperation, ...]:
@@ -351,111 +351,3 @@ def repeat(
 
     # The length from the arguments: a layer may use none of them (a fixed entangler repeated).
     return Repeat(eqx.filter_vmap(one)(*stacked), length=arrays[0].shape[0])
-
-
-# Two-qubit gates drawn as a control (the first wire) and the named gate on the target.
-_CONTROLLED_ROTATIONS = {
-    "CRX": "RX",
-    "CRY": "RY",
-    "CRZ": "RZ",
-    "CRot": "Rot",
-    "ControlledPhaseShift": "PhaseShift",
-    "CY": "Y",
-}
-# Gates unchanged by a permutation of their wires: drawn with the same label on each.
-_SYMMETRIC = ("ISWAP", "IsingXX", "IsingYY", "IsingZZ", "IsingXY", "MultiRZ")
-
-
-def _dagger(text: str) -> str:
-    """A drawn label of the inverse gate: `RZ(0.30)` -> `RZ†(0.30)`, `QubitUnitary:0` -> `QubitUnitary†:0`
-    (and `RZ†` back to `RZ`)."""
-    cut = min((i for i in (text.find("("), text.find(":")) if i >= 0), default=len(text))
-    name = text[:cut]
-    return (name[:-1] if name.endswith("†") else name + "†") + text[cut:]
-
-
-def draw(circuit: Circuit, *, decimals: int = 2) -> str:
-    """A text drawing of the circuit, one line per wire. Repeat blocks and loops are drawn once, counted."""
-    _check_is_circuit(circuit, "draw")
-    n = circuit.num_wires
-    rows = [[f"{w}: "] for w in range(n)]
-    numbering: dict = {}  # the circuit's measurements, token -> id (see `_control/_operations.py: draw_op`)
-    # Numbered afresh: an `eqx.tree_at` edit that puts in new measurements skips `Circuit`'s numbering.
-    ops = relabel_ops(circuit.ops, numbering)
-
-    def label(op: AbstractGate, name: str | None = None) -> str:
-        params = [
-            "·" if (value := host_number(p)) is None else f"{value:.{decimals}f}" for p in op.parameters
-        ]
-        return (name or op.name) + (f"({','.join(params)})" if params and len(params) <= 3 else "")
-
-    def pad():
-        width = max(len("".join(r)) for r in rows)
-        for r in rows:
-            r.append("─" * (width - len("".join(r))))
-
-    def texts(op) -> dict[int, str]:
-        """What `op` draws on each of its wires."""
-        wires = op.wires
-        control = op.control() if isinstance(op, AbstractGate) else None
-        if control is not None:
-            controls, values, target = control
-            return {w: ("●" if v else "○") for w, v in zip(controls, values, strict=True)} | texts(target)
-        if isinstance(op, Adjoint):  # the base gate's drawing, each label daggered (self-inverse: as is)
-            inner = texts(op.base)
-            if getattr(op.base, "self_inverse", False):
-                return inner
-            return {w: t if t in ("●", "○", "×") else _dagger(t) for w, t in inner.items()}
-        if op.name in ("CNOT", "Toffoli"):
-            return {w: "●" for w in wires[:-1]} | {wires[-1]: "X"}
-        if op.name in ("CZ",):
-            return {w: "●" for w in wires}
-        if op.name in ("SWAP",):
-            return {w: "×" for w in wires}
-        if op.name == "CSWAP":
-            return {wires[0]: "●"} | {w: "×" for w in wires[1:]}
-        if op.name in _CONTROLLED_ROTATIONS:  # the control, then the rotation on the target
-            return {wires[0]: "●", wires[1]: label(op, _CONTROLLED_ROTATIONS[op.name])}
-        if op.name == "PauliRot":  # one gate, each wire's letter (`RX`/`RY` would read as two gates)
-            return {w: f"{label(op)}:{letter}" for w, letter in zip(wires, op.pauli_word, strict=True)}
-        if len(wires) > 1 and op.name not in _SYMMETRIC:  # the order of the wires matters: number them
-            return {w: f"{label(op)}:{k}" for k, w in enumerate(wires)}
-        return {w: label(op) for w in wires}
-
-    def add(op):
-        if isinstance(op, Repeat):
-            if not op.wires:  # an empty body: nothing happens, nothing to draw
-                return
-            pad()
-            lo, hi = min(op.wires), max(op.wires)
-            for w in range(lo, hi + 1):
-                rows[w].append("[")
-            if op.length:  # one layer, traced: parameters show as "·", and a for_loop sees one layer's
-
-                def trace(body):
-                    for inner in jax.tree.map(lambda x: x[0], body).ops:
-                        add(inner)
-
-                jax.eval_shape(trace, op.body)
-            else:
-                for inner in op.body.ops:
-                    add(inner)
-            pad()
-            for w in range(lo, hi + 1):
-                rows[w].append(f"]×{op.length}" if w == lo else "]" + " " * len(f"×{op.length}"))
-            return
-        if hasattr(op, "draw_into"):  # control flow and measurements (qfx/_control/) draw themselves
-            op.draw_into(rows, add, pad, numbering)
-            return
-        pad()
-        wires = op.wires
-        text = texts(op)
-        lo, hi = min(wires), max(wires)
-        width = max(len(t) for t in text.values())
-        for w in range(lo, hi + 1):
-            rows[w].append("─" + text.get(w, "│").center(width, "─") + "─")
-
-    for op in ops:
-        add(op)
-    pad()
-    return "\n".join("".join(r) + "─" for r in rows)
