@@ -82,6 +82,7 @@ from ._observables import (
     LinearCombination as LinearCombination,
     PauliWord as PauliWord,
 )
+from ._specs import Specs as Specs, specs as specs
 from ._statevector import (
     StateVector as StateVector,
     apply as apply,
