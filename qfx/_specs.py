@@ -223,10 +223,10 @@ def specs(circuit: Circuit, observable=None) -> Specs:
       other); this is what qfx checks before allocating. With mid-circuit measurements, that is
       `mcm="sampled"`; `"StateVector(mcm='exact')"` is then the classical-quantum state, a density matrix per
       record of outcomes: `2**records * 4**num_wires` entries.
-    - `"TensorNetwork"`: the largest intermediate tensor of the networks that `qfx.expval(circuit,
-      observable, backend=qfx.TensorNetwork())` contracts, found by its path optimizer (with no
-      `observable`: those of `qfx.amplitude`, the whole circuit without light cones); None for circuits
-      with control flow, which that backend refuses.
+    - `"TensorNetwork"`, when `observable` is given: the largest intermediate tensor of the networks that
+      `qfx.expval(circuit, observable, backend=qfx.TensorNetwork())` contracts, found by its path
+      optimizer (opt_einsum, as that backend does: from milliseconds for a shallow light cone to seconds
+      for thousands of gates); None for circuits with control flow, which that backend refuses.
 
     Derivatives need more: `qfx.diff.Adjoint()` a few more state vectors whatever the depth, reverse-mode
     backpropagation what XLA keeps for the backward pass (about one state per layer of a `Repeat` block).
@@ -235,7 +235,8 @@ def specs(circuit: Circuit, observable=None) -> Specs:
     **Arguments:**
 
     - `circuit`: a `qfx.Circuit`.
-    - `observable`: an observable or a list of them, for the tensor-network estimate (optional).
+    - `observable`: an observable or a list of them, for the tensor-network estimate (optional: without
+      it, no tensor-network estimate, which depends on the observable's light cone).
 
     **Returns:** a frozen `qfx.Specs` dataclass; `print(qfx.specs(circuit))` shows a summary.
 
@@ -261,12 +262,12 @@ def specs(circuit: Circuit, observable=None) -> Specs:
         records = len(Program(circuit.ops).slots)
         if records:
             memory["StateVector(mcm='exact')"] = 2 ** (records + 2 * n) * itemsize
-    if control:
-        memory["TensorNetwork"] = None
-    else:
-        lcs = None if observable is None else _observables(circuit, observable, "specs")[0]
-        largest = TensorNetwork().largest_intermediate(circuit, lcs)
-        memory["TensorNetwork"] = largest * itemsize
+    if observable is not None:
+        lcs = _observables(circuit, observable, "specs")[0]
+        if control:
+            memory["TensorNetwork"] = None
+        else:
+            memory["TensorNetwork"] = TensorNetwork().largest_intermediate(circuit, lcs) * itemsize
     return Specs(
         num_wires=n,
         num_gates=sum(counter.gates.values()),

@@ -165,14 +165,12 @@ class TensorNetwork(AbstractBackend):
     def evaluation_bytes(self, circuit: Circuit) -> int:
         return _EVALUATION_BYTES
 
-    def largest_intermediate(self, circuit: Circuit, observables: Sequence[LinearCombination] | None) -> int:
+    def largest_intermediate(self, circuit: Circuit, observables: Sequence[LinearCombination]) -> int:
         """The entries of the largest intermediate tensor of the networks `qfx.expval(circuit, observables,
-        backend=self)` contracts (one per Pauli word or Hermitian term; networks of one shape are
-        contracted stacked, as many as fit at once), or for None those of `qfx.amplitude` (the whole
-        circuit, no light cone). Path finding only: nothing is contracted. Used by `qfx.specs`."""
+        backend=self)` contracts, one per Pauli word or Hermitian term (networks of one shape are
+        contracted stacked, as many at once as fit). Path finding only, cached as `expval`'s: nothing is
+        contracted. Used by `qfx.specs`."""
         skeleton = _skeleton(circuit.ops)
-        if observables is None:
-            return _amplitude_network(skeleton, circuit.num_wires, self.optimize).largest
         largest = 1
         for lc in observables:
             for t in lc.terms:
