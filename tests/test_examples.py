@@ -16,12 +16,16 @@ from . import reference
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_example(name: str, *args: str) -> str:
-    # -W error: the examples must run without warnings, like the test suite.
+def run_example(name: str, *args: str, out: Path | None = None) -> str:
+    # -W error: the examples must run without warnings, like the test suite. `out`: where the examples
+    # that save a drawing of their circuit put it (QFX_EXAMPLES_OUT), so that nothing lands in the checkout.
+    env = os.environ.copy()
+    if out is not None:
+        env["QFX_EXAMPLES_OUT"] = str(out)
     proc = subprocess.run(
         [sys.executable, "-W", "error", str(ROOT / "examples" / name), *args],
         cwd=ROOT,
-        env=os.environ.copy(),
+        env=env,
         capture_output=True,
         text=True,
         timeout=600,
@@ -30,8 +34,14 @@ def run_example(name: str, *args: str) -> str:
     return proc.stdout
 
 
-def test_quickstart():
-    out = run_example("quickstart.py")
+def _is_png(path: Path) -> bool:
+    return path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_quickstart(tmp_path):
+    out = run_example("quickstart.py", out=tmp_path)
+    assert _is_png(tmp_path / "quickstart_circuit.png")
+    assert "depth: 3" in out  # H then CNOT then RY on wire 0
     for label in ("Circuit:", "<H> =", "jax.grad(qfx.expval)", "vmapped batch", "samples", "jitted Adam"):
         assert label in out
     # The circuit and observable of the quickstart, evaluated by the dense NumPy reference simulator.
@@ -41,8 +51,9 @@ def test_quickstart():
     assert abs(printed - reference.expval(circ, H)) < 1e-5
 
 
-def test_vqe_optax_reaches_chemical_accuracy():
-    out = run_example("vqe_optax.py")
+def test_vqe_optax_reaches_chemical_accuracy(tmp_path):
+    out = run_example("vqe_optax.py", out=tmp_path)
+    assert _is_png(tmp_path / "vqe_optax_circuit.png")
     exact = float(re.search(r"Exact ground energy \(np.linalg.eigh\): ([-0-9.]+) Ha", out).group(1))
     assert abs(exact - (-1.13728)) < 1e-4  # the FCI energy of H2 / STO-3G at 0.7414 angstrom
     error = float(re.search(r"^final error: ([0-9.eE+-]+) Ha$", out, re.MULTILINE).group(1))
@@ -58,7 +69,7 @@ def test_torch_hybrid_classifier_learns(tmp_path):
     out = run_example("torch_hybrid.py", "--epochs", "5", "--out", str(png))
     accuracy = float(re.search(r"^test accuracy: +([0-9.]+)$", out, re.MULTILINE).group(1))
     assert accuracy > 0.8, out  # chance is about 0.5: the two classes are drawn with equal probability
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert _is_png(png) and _is_png(tmp_path / "torch_hybrid_circuit.png")
 
 
 def test_mid_circuit_statistics_match_theory():
