@@ -97,6 +97,15 @@ def test_import_qfx_does_not_import_torch():
 # --- tensors across ---------------------------------------------------------------------------------
 
 
+def test_star_import_gives_the_public_names_only():
+    # qfx.torch's module namespace holds its own imports (jax, np, sys, Any): __all__ keeps them out.
+    namespace: dict = {}
+    exec("from qfx.torch import *", namespace)  # noqa: S102
+    public = sorted(k for k in namespace if k != "__builtins__")
+    assert public == ["ArgMax", "TorchLayer", "from_jax", "straight_through_argmax", "to_jax", "to_torch"]
+    assert all(callable(getattr(qt, name)) for name in qt.__all__)
+
+
 def test_to_jax_and_from_jax_are_zero_copy():
     t = torch.arange(12, dtype=torch.float32).reshape(3, 4)
     a = qt.to_jax(t)
