@@ -194,9 +194,9 @@ def _columns(items: list, row: dict[int, int]) -> list[list]:
             k = max(k, measured)
         if item.measures:  # not beside an earlier read of what it may overwrite
             k = max(k, read)
-            measured = k + 1
+            measured = max(measured, k + 1)
         if reads:
-            read = k + 1
+            read = max(read, k + 1)
         if k == len(columns):
             columns.append([])
         columns[k].append(item)

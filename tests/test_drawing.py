@@ -151,6 +151,18 @@ def test_conditionals_and_while_loops_come_after_the_measurements_they_read():
     ]
 
 
+def test_a_read_comes_after_every_measurement_before_it():
+    # M1 (wire 1) packs into the first column, M0 into the second; the cond on m1 (wire 2) goes after both,
+    # classical wires not being drawn: after the last column holding a measurement, not after M1's only.
+    m0, m1 = qfx.measure(0), qfx.measure(1)
+    circ = qfx.Circuit([qfx.RX(0.5, wires=0), m0, m1, qfx.cond(m1, qfx.X(2))])
+    assert qfx.draw(circ).split("\n") == [
+        "0: ─RX(0.50)──M0─" + D * 13,
+        "1: ─M1" + D * 24,
+        "2: " + D * 14 + "[if m1: ─X─]─",
+    ]
+
+
 def _rx_loop(i, thetas):
     return [qfx.RX(thetas[i], wires=0), qfx.CNOT(wires=(0, 1))]
 
