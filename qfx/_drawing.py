@@ -101,9 +101,8 @@ class _Drawer:
         control = op.control()
         if control is not None:
             controls, values, target = control
-            return {w: ("●" if v else "○") for w, v in zip(controls, values, strict=True)} | self.texts(
-                target
-            )
+            marks = {w: ("●" if v else "○") for w, v in zip(controls, values, strict=True)}
+            return marks | self.texts(target)
         if isinstance(op, Adjoint):  # the base gate's drawing, each label daggered (self-inverse: as is)
             inner = self.texts(op.base)
             if getattr(op.base, "self_inverse", False):
