@@ -120,8 +120,11 @@ def test_the_site_builds_strictly_and_documents_every_public_name(tmp_path):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     documented = _inventory(site)
-    for prefix, module in (("qfx", qfx), ("qfx.diff", qfx.diff), ("qfx.torch", qfx.torch)):
-        objects = _public(module)
+    # qfx and its public subpackages (qfx.diff, qfx.torch, and any added later).
+    subpackages = [m for n, m in vars(qfx).items() if not n.startswith("_") and inspect.ismodule(m)]
+    assert {qfx.diff, qfx.torch} <= set(subpackages)
+    for module in [qfx, *subpackages]:
+        prefix, objects = module.__name__, _public(module)
         # A name bound to a documented object (`qfx.H` is `qfx.Hadamard`) is documented with it.
         seen = {id(obj) for name, obj in objects.items() if f"{prefix}.{name}" in documented}
         missing = [
