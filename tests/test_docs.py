@@ -133,3 +133,27 @@ def test_the_site_builds_strictly_and_documents_every_public_name(tmp_path):
         assert not missing, f"{prefix}: not in the API reference: {missing} (see the comment in mkdocs.yml)"
     for page in ["getting-started", *(p.stem for p in (_DOCS / "guides").glob("*.md"))]:
         assert list(site.rglob(f"{page}/index.html")), page
+
+
+def test_the_reference_shows_the_signatures_equinox_generates():
+    # docs/_griffe_equinox.py gives Equinox modules without an `__init__` of their own the one Equinox
+    # generates; its parameters must be those of the runtime class.
+    if importlib.util.find_spec("griffe") is None:
+        pytest.skip('griffe is not installed (pip install -e ".[docs]")')
+    import griffe  # noqa: PLC0415  (a docs dependency, not a test one)
+
+    extension = griffe.load_extensions(str(_DOCS / "_griffe_equinox.py") + ":EquinoxModuleInit")
+    package = griffe.load("qfx", search_paths=[str(_ROOT)], extensions=extension)
+    checked = []
+    for module in (qfx, qfx.diff):
+        for name, obj in _public(module).items():
+            if not inspect.isclass(obj) or name.startswith("Abstract"):
+                continue
+            path = f"{obj.__module__}.{obj.__qualname__}".removeprefix("qfx.")
+            init = package[path].all_members.get("__init__")
+            if init is None or not init.extra["equinox"].get("generated", False):
+                continue
+            expected = list(inspect.signature(obj).parameters)
+            assert [p.name for p in init.parameters][1:] == expected, name
+            checked.append(name)
+    assert {"StateVector", "ParameterShift", "Cond"} <= set(checked)
