@@ -15,6 +15,7 @@ import zlib
 
 import jax
 import pytest
+import torch
 
 import qfx
 import qfx.diff
@@ -90,8 +91,12 @@ def test_docs_page_runs(page, tmp_path):
     # promotion, which readers have (tests/conftest.py makes it strict, which Optax's Adam fails).
     path = tmp_path / "page.py"
     path.write_text("\n".join(_page_blocks(PAGES[page])))
-    with jax.numpy_dtype_promotion("standard"):
-        runpy.run_path(str(path), run_name="__docs__")
+    threads = torch.get_num_threads()  # the Torch guide sets 1, as it advises; later tests keep theirs
+    try:
+        with jax.numpy_dtype_promotion("standard"):
+            runpy.run_path(str(path), run_name="__docs__")
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _inventory(site: pathlib.Path) -> set[str]:
