@@ -173,7 +173,11 @@ def test_cpu_tensors_run_on_the_cpu_device_whatever_jaxs_default():
     # On a GPU machine JAX's default device is the GPU; CPU tensors (which DLPack imports to the CPU device)
     # must still run there and come back as CPU tensors. Two CPU devices, the default set to the second,
     # stand in for that here.
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    env = dict(
+        os.environ,
+        XLA_FLAGS=os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2",
+        JAX_PLATFORMS="cpu",
+    )
     proc = subprocess.run(
         [sys.executable, "-c", _PLACEMENT_SCRIPT], env=env, capture_output=True, text=True, timeout=300
     )
