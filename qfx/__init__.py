@@ -1,6 +1,6 @@
 """qfx: quantum circuits as Equinox pytrees, simulated and differentiated in pure JAX."""
 
-from . import diff as diff
+from . import diff as diff, interop as interop
 from ._backend import (
     AbstractBackend as AbstractBackend,
     AbstractStateVectorBackend as AbstractStateVectorBackend,
@@ -66,6 +66,7 @@ from ._gates import (
     Y as Y,
     Z as Z,
 )
+from .interop import from_qasm as from_qasm, to_qasm as to_qasm
 from ._measure import (
     amplitude as amplitude,
     density_matrix as density_matrix,
