@@ -66,7 +66,6 @@ from ._gates import (
     Y as Y,
     Z as Z,
 )
-from .interop import from_qasm as from_qasm, to_qasm as to_qasm
 from ._measure import (
     amplitude as amplitude,
     density_matrix as density_matrix,
@@ -91,5 +90,6 @@ from ._statevector import (
 )
 from ._straight_through import straight_through_argmax as straight_through_argmax
 from ._tensornet import TensorNetwork as TensorNetwork
+from .interop import from_qasm as from_qasm, to_qasm as to_qasm
 
 __version__ = "0.1.0"

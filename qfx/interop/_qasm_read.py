@@ -85,7 +85,9 @@ def _parse(source: str):
                 text = token.text if token.type != -1 else "end of input"
                 reason = f"syntax error at {text!r}"
                 break
-            cause = cause.__cause__ or (cause.args[0] if cause.args and isinstance(cause.args[0], BaseException) else None)
+            cause = cause.__cause__ or (
+                cause.args[0] if cause.args and isinstance(cause.args[0], BaseException) else None
+            )
         if reason.startswith("L") and ":C" in reason:  # "L3:C4: message"
             head, _, rest = reason.partition(": ")
             try:
@@ -98,7 +100,10 @@ def _parse(source: str):
 
 def _read_source(source) -> str:
     if isinstance(source, os.PathLike) or (
-        isinstance(source, str) and "\n" not in source and ";" not in source and source.endswith((".qasm", ".qasm3", ".qasm2"))
+        isinstance(source, str)
+        and "\n" not in source
+        and ";" not in source
+        and source.endswith((".qasm", ".qasm3", ".qasm2"))
     ):
         try:
             with open(source, encoding="utf-8") as f:
@@ -338,7 +343,11 @@ class _Reader:
             _fail(s, f"input {name!r}: qfx reads `input float` and `input angle`, not {_describe(t)}.")
         self._check_new(s, name)
         if name not in self.inputs:
-            _fail(s, f"the program needs the input {name!r}: pass qfx.from_qasm(source, inputs={{{name!r}: ...}}).")
+            _fail(
+                s,
+                f"the program needs the input {name!r}: pass "
+                f"qfx.from_qasm(source, inputs={{{name!r}: ...}}).",
+            )
         value = self.inputs[name]
         if not _is_array(value):
             value = jnp.asarray(value, real_dtype())
@@ -474,7 +483,11 @@ class _Reader:
         spec = self.gates.get(name)
         if spec is None:
             library = "qelib1.inc" if self.version == 2 else "stdgates.inc"
-            hint = f' (it is in {library}: add `include "{library}";`)' if name in QELIB1 or name in STDGATES else ""
+            hint = (
+                f' (it is in {library}: add `include "{library}";`)'
+                if name in QELIB1 or name in STDGATES
+                else ""
+            )
             _fail(s, f"gate {name!r} is not defined{hint}.")
         if position > len(qubits):
             _fail(s, f"{name}: the modifiers take {position} control qubits, but {len(qubits)} are given.")
@@ -482,11 +495,16 @@ class _Reader:
         for m in reversed(modifiers):
             kind = m.modifier.name
             if kind == "inv":
-                ops = [op.adjoint() if not isinstance(op, _Phase) else _Phase(-op.theta) for op in reversed(ops)]
+                ops = [
+                    op.adjoint() if not isinstance(op, _Phase) else _Phase(-op.theta) for op in reversed(ops)
+                ]
             elif kind == "pow":
                 k = _static_int(self.expr(m.argument), s, "the power of pow(k) @ (qfx reads integer powers)")
                 if k < 0:
-                    ops = [op.adjoint() if not isinstance(op, _Phase) else _Phase(-op.theta) for op in reversed(ops)]
+                    ops = [
+                        op.adjoint() if not isinstance(op, _Phase) else _Phase(-op.theta)
+                        for op in reversed(ops)
+                    ]
                 if abs(k) * len(ops) + self.count > MAX_OPERATIONS:
                     _fail(s, f"pow({k}) @ unrolls into more than {MAX_OPERATIONS} operations, qfx's limit.")
                 ops = ops * abs(k)
@@ -542,7 +560,9 @@ class _Reader:
                         sub_q.append(ws[0])
                     ops += self.gate_ops(st, st.name.name, sub_args, sub_q, st.modifiers, depth + 1)
                 elif kind == "QuantumPhase":
-                    controls, values, rest = self.modifiers(st, st.modifiers, [self.qubit_operand(q) for q in st.qubits])
+                    controls, values, rest = self.modifiers(
+                        st, st.modifiers, [self.qubit_operand(q) for q in st.qubits]
+                    )
                     if rest:
                         _fail(st, "gphase takes no qubits besides its controls.")
                     theta = self.expr(st.argument)
@@ -573,7 +593,9 @@ class _Reader:
                 values += [int(kind == "ctrl")] * n
                 position += n
             else:
-                _fail(s, f"gphase: the modifier {kind} is not supported on it (write the phase with its sign).")
+                _fail(
+                    s, f"gphase: the modifier {kind} is not supported on it (write the phase with its sign)."
+                )
         if position > len(wires):
             _fail(s, f"gphase: the modifiers take {position} control qubits, but {len(wires)} are given.")
         return tuple(controls), tuple(values), wires[position:]
@@ -591,7 +613,11 @@ class _Reader:
             raise _Unroll
         true_ops = self.sub_block(s, s.if_block)
         false_ops = self.sub_block(s, s.else_block)
-        if _is_array(predicate) and predicate.dtype != jnp.bool_ and not jnp.issubdtype(predicate.dtype, jnp.integer):
+        if (
+            _is_array(predicate)
+            and predicate.dtype != jnp.bool_
+            and not jnp.issubdtype(predicate.dtype, jnp.integer)
+        ):
             predicate = predicate != 0
         self.emit([cond(predicate, true_ops, false_ops)], s)
 
@@ -749,7 +775,11 @@ class _Reader:
         if kind == "FunctionCall":
             name = e.name.name
             args = [self.expr(a) for a in e.arguments]
-            if name not in _FUNCTIONS or len(args) != 1 or any(_is_bit(a) or isinstance(a, list) for a in args):
+            if (
+                name not in _FUNCTIONS
+                or len(args) != 1
+                or any(_is_bit(a) or isinstance(a, list) for a in args)
+            ):
                 _fail(e, f"the function {name}({len(args)} arguments) is not supported.")
             x = args[0]
             try:
@@ -886,8 +916,10 @@ def _logical(op):
 def _arith(op):
     def f(a, b):
         if _is_array(a) or _is_array(b):
-            if isinstance(a, float) or isinstance(b, float) or any(
-                _is_array(x) and jnp.issubdtype(jnp.asarray(x).dtype, jnp.floating) for x in (a, b)
+            if (
+                isinstance(a, float)
+                or isinstance(b, float)
+                or any(_is_array(x) and jnp.issubdtype(jnp.asarray(x).dtype, jnp.floating) for x in (a, b))
             ):
                 a, b = _as_float(a), _as_float(b)
         return op(a, b)

@@ -135,7 +135,9 @@ class _Writer:
     def op(self, op, indent: str, in_block: bool) -> list[str]:
         if isinstance(op, MidMeasure):
             if in_block:
-                raise _NoForm(f"qfx.to_qasm: {op!r} is inside a loop or a branch; qfx writes measurements at top level.")
+                raise _NoForm(
+                    f"qfx.to_qasm: {op!r} is inside a loop or a branch; qfx writes measurements at top level."
+                )
             if op.postselect is not None:
                 raise _NoForm(f"qfx.to_qasm: {op!r} is postselected, which has no OpenQASM form.")
             k = self.bits.setdefault(op.token, len(self.bits))
@@ -160,7 +162,9 @@ class _Writer:
                 return []
             return self.loop(op.length, lambda: op.body.ops, lambda i: op.layer(i).ops, indent)
         if isinstance(op, WhileLoop):
-            raise _NoForm("qfx.to_qasm: a qfx.while_loop is not written (qfx.from_qasm reads no while loops).")
+            raise _NoForm(
+                "qfx.to_qasm: a qfx.while_loop is not written (qfx.from_qasm reads no while loops)."
+            )
         if isinstance(op, g.AbstractGate):
             return [indent + line for line in self.gate(op)]
         raise _NoForm(f"qfx.to_qasm: {type(op).__name__} has no OpenQASM form.")
@@ -179,7 +183,9 @@ class _Writer:
         else:  # a switch, clamped into range as lax.switch is
             e = self.expr(expr)
             k = len(op.branches)
-            cases = [(f"{e} <= 0", op.branches[0])] + [(f"{e} == {j}", op.branches[j]) for j in range(1, k - 1)]
+            cases = [(f"{e} <= 0", op.branches[0])] + [
+                (f"{e} == {j}", op.branches[j]) for j in range(1, k - 1)
+            ]
             last = op.branches[-1]
         lines = []
         for j, (test, branch) in enumerate(cases):
@@ -204,7 +210,9 @@ class _Writer:
                     out = []
                     for line in self.ops(op.branches[1].ops, "", in_block=True):
                         if line.startswith((" ", "if")):
-                            raise _NoForm("qfx.to_qasm(version=2): nested conditionals have no OpenQASM 2 form.")
+                            raise _NoForm(
+                                "qfx.to_qasm(version=2): nested conditionals have no OpenQASM 2 form."
+                            )
                         out.append(f"{indent}if (m{k}=={value}) {line}")
                     return out
         raise _NoForm(
@@ -295,7 +303,9 @@ class _Writer:
             return [], self.pauli_gate("Z" * len(op.wires)), [self.fmt(op.theta)], list(op.wires)
         if kind == "PauliRot":
             return [], self.pauli_gate(op.pauli_word), [self.fmt(op.theta)], list(op.wires)
-        raise _NoForm(f"qfx.to_qasm: {kind} has no OpenQASM form (a QubitUnitary's matrix is not decomposed).")
+        raise _NoForm(
+            f"qfx.to_qasm: {kind} has no OpenQASM form (a QubitUnitary's matrix is not decomposed)."
+        )
 
     def pauli_gate(self, word: str) -> str:
         """A definition of exp(-i theta P / 2) for the Pauli word P: a basis change, a CNOT ladder, rz."""
