@@ -41,6 +41,7 @@ class _GateDef:
     params: list[str]
     qubits: list[str]
     body: list
+    scope: dict  # the gates defined before it: the only ones its body may call (no recursion)
 
 
 @dataclasses.dataclass(eq=False)
@@ -356,9 +357,21 @@ class _Reader:
 
     def s_QuantumGateDefinition(self, s) -> None:
         name = s.name.name
+        known = self.gates.get(name)
+        if (
+            self.version == 2
+            and isinstance(known, tuple)
+            and QELIB1.get(name) is known
+            and known[:2] == (len(s.arguments), len(s.qubits))
+        ):
+            # A program written for the original qelib1.inc defines the gates that the longer one (which
+            # qfx includes) has, such as swap or sx: qfx keeps its own, as Qiskit's reader does.
+            return
         if name in self.gates:
             _fail(s, f"gate {name!r} is already defined.")
-        self.gates[name] = _GateDef([a.name for a in s.arguments], [q.name for q in s.qubits], s.body)
+        self.gates[name] = _GateDef(
+            [a.name for a in s.arguments], [q.name for q in s.qubits], s.body, dict(self.gates)
+        )
 
     def s_QuantumBarrier(self, s) -> None:
         for q in s.qubits:  # checked, then ignored
@@ -459,10 +472,16 @@ class _Reader:
             qubits = [o[k] if len(o) > 1 else o[0] for o in operands]
             self.emit(self.gate_ops(s, name, args, qubits, s.modifiers, depth=0), s)
 
-    def gate_ops(self, s, name, args, qubits, modifiers, depth) -> list:
-        """The operations of one gate call (modifiers included) on concrete wires."""
+    def gate_ops(self, s, name, args, qubits, modifiers, depth, scope=None) -> list:
+        """The operations of one gate call (modifiers included) on concrete wires; `scope` holds the
+        gates it may call (those defined before the definition it is in; all at top level)."""
         if depth > 64:
-            _fail(s, f"gate {name!r}: definitions nest more than 64 deep (is a gate defined by itself?).")
+            _fail(s, f"gate {name!r}: definitions nest more than 64 deep.")
+        for a in args:
+            if _is_bit(a) or isinstance(a, list):
+                _fail(
+                    s, f"{name}: a gate parameter must be a number, not a measurement result or a register."
+                )
         num_controls = 0
         for m in modifiers:
             if m.modifier.name in ("ctrl", "negctrl"):
@@ -480,7 +499,7 @@ class _Reader:
                 controls_and_values += [(w, int(kind == "ctrl")) for w in qubits[position : position + n]]
                 position += n
         target = qubits[position:]
-        spec = self.gates.get(name)
+        spec = (self.gates if scope is None else scope).get(name)
         if spec is None:
             library = "qelib1.inc" if self.version == 2 else "stdgates.inc"
             hint = (
@@ -558,7 +577,9 @@ class _Reader:
                         if len(ws) != 1:
                             _fail(st, "inside a gate definition, each operand is one qubit.")
                         sub_q.append(ws[0])
-                    ops += self.gate_ops(st, st.name.name, sub_args, sub_q, st.modifiers, depth + 1)
+                    ops += self.gate_ops(
+                        st, st.name.name, sub_args, sub_q, st.modifiers, depth + 1, spec.scope
+                    )
                 elif kind == "QuantumPhase":
                     controls, values, rest = self.modifiers(
                         st, st.modifiers, [self.qubit_operand(q) for q in st.qubits]
@@ -877,10 +898,12 @@ def _phase_ops(theta, controls, values, keep_phase=False) -> list:
 
 def _register_value(bits: list):
     """The integer a bit register holds (bit k has weight 2**k, as in OpenQASM)."""
-    total = 0
+    total = None
     for k, b in enumerate(bits):
-        total = total + b * (1 << k) if (_is_bit(b) or b) else total
-    return total
+        if _is_bit(b) or b:
+            term = b if k == 0 else b * (1 << k)  # the bit itself where it can be: `c == 1` stays `m == 1`
+            total = term if total is None else total + term
+    return 0 if total is None else total
 
 
 def _pow(a, b):

@@ -12,7 +12,8 @@ from .._control import Cond, ForLoop, MidMeasure, WhileLoop
 # Gates outside stdgates.inc, written as definitions in the program's header (each from standard gates;
 # exact: they are the gates' matrices, global phase included).
 _DEFINITIONS = {
-    "rot": "gate rot(phi, theta, omega) a { rz(phi) a; ry(theta) a; rz(omega) a; }",
+    # Parameter names in alphabetical order: Qiskit's OpenQASM 3 importer binds them in that order.
+    "rot": "gate rot(p0, p1, p2) a { rz(p0) a; ry(p1) a; rz(p2) a; }",
     "rxx": "gate rxx(theta) a, b { h a; h b; cx a, b; rz(theta) b; cx a, b; h a; h b; }",
     "ryy": (
         "gate ryy(theta) a, b { rx(pi/2) a; rx(pi/2) b; cx a, b; rz(theta) b; cx a, b; rx(-pi/2) a; "
@@ -23,6 +24,22 @@ _DEFINITIONS = {
     "iswap": "gate iswap a, b { s a; s b; h a; cx a, b; cx b, a; h b; }",
 }
 _DEPENDS = {"xy": ("rxx", "ryy")}
+# OpenQASM 2: the gates of the original qelib1.inc (all that Qiskit's OpenQASM 2 reader knows by default);
+# any other gate written is defined in the header, exactly (global phase included: cs = cu1(pi/2)).
+_QELIB1 = {"u3", "u2", "u1", "cx", "id", "x", "y", "z", "h", "s", "sdg", "t", "tdg", "rx", "ry", "rz", "cz"}
+_QELIB1 |= {"cy", "ch", "ccx", "crz", "cu1", "cu3"}
+_QASM2_DEFINITIONS = {
+    "sx": "gate sx a { h a; s a; h a; }",
+    "sxdg": "gate sxdg a { h a; sdg a; h a; }",
+    "csx": "gate csx a, b { h b; cu1(pi/2) a, b; h b; }",
+    "swap": "gate swap a, b { cx a, b; cx b, a; cx a, b; }",
+    "cswap": "gate cswap a, b, c { cx c, b; ccx a, b, c; cx c, b; }",
+    "p": "gate p(theta) a { u1(theta) a; }",
+    "cp": "gate cp(theta) a, b { cu1(theta) a, b; }",
+    "crx": "gate crx(theta) a, b { h b; crz(theta) a, b; h b; }",
+    "cry": "gate cry(theta) a, b { ry(theta/2) b; cx a, b; ry(-theta/2) b; cx a, b; }",
+}
+
 
 _PLAIN = {"Identity": "id", "PauliX": "x", "PauliY": "y", "PauliZ": "z", "Hadamard": "h", "S": "s", "T": "t"}
 _PLAIN.update({"SX": "sx", "CNOT": "cx", "CY": "cy", "CZ": "cz", "SWAP": "swap", "Toffoli": "ccx"})
@@ -113,9 +130,17 @@ class _Writer:
     def define(self, name: str) -> None:
         for dep in _DEPENDS.get(name, ()):
             self.define(dep)
-        if name in self.definitions or (self.version == 2 and name in ("rxx", "rzz")):  # in qelib1.inc
+        if name in self.definitions:
             return
         text = _DEFINITIONS.get(name)
+        if self.version == 2:
+            if name in _QELIB1:
+                return
+            text = _QASM2_DEFINITIONS.get(name, text)
+            for used in ("sx", "sxdg", "swap", "p"):  # gates the definitions themselves use
+                words = None if text is None else text.replace("(", " ").replace(";", " ").split()
+                if used != name and words is not None and used in words[2:]:
+                    self.define(used)
         if text is None:
             return
         self.definitions[name] = text
@@ -316,8 +341,8 @@ class _Writer:
         qs = [f"a{k}" for k in range(n)]
         active = [k for k, c in enumerate(word) if c != "I"]
         body = []
-        if not active:  # exp(-i theta/2) I, as p(-theta/2) X p(-theta/2) X
-            body = ["p(-theta/2) a0;", "x a0;", "p(-theta/2) a0;", "x a0;"]
+        if not active:  # exp(-i theta/2) I, as u1(-theta/2) X u1(-theta/2) X
+            body = ["u1(-theta/2) a0;", "x a0;", "u1(-theta/2) a0;", "x a0;"]
         else:
             before = {"X": ["h"], "Y": ["sdg", "h"]}
             after = {"X": ["h"], "Y": ["h", "s"]}
@@ -365,11 +390,12 @@ class _Writer:
             base_kind = type(base).__name__
             if len(controls) == 1 and base_kind in _QASM2_CONTROLLED:
                 name, params = _QASM2_CONTROLLED[base_kind], [self.fmt(p) for p in base.parameters]
-            elif base_kind == "PauliX" and len(controls) in (2, 3, 4):
-                name = {2: "ccx", 3: "c3x", 4: "c4x"}[len(controls)]
+            elif base_kind == "PauliX" and len(controls) == 2:
+                name = "ccx"
             elif base_kind == "CNOT" and len(controls) == 1:
                 name = "ccx"
         if name is None:
             raise _NoForm(f"qfx.to_qasm(version=2): {op!r} has no OpenQASM 2 form; use version=3.")
+        self.define(name)
         args = f"({', '.join(params)})" if params else ""
         return [f"{name}{args} {', '.join(f'q[{w}]' for w in wires)};"]

@@ -1,5 +1,7 @@
 """Qiskit `QuantumCircuit` to and from qfx circuits (Qiskit is imported when a function is called)."""
 
+import dataclasses
+
 import numpy as np
 
 from .. import _gates as g
@@ -110,13 +112,27 @@ def _convert(circuit, qubits: dict, values: dict, state: dict, table: dict) -> l
             state["bits"][instruction.clbits[0]] = m
             continue
         if name == "reset":
-            ops.append(measure(wires[0], reset=True))
+            last = ops[-1] if ops else None
+            if isinstance(last, MidMeasure) and last.wire == wires[0] and not last.reset:
+                # measure then reset (as to_qiskit writes a measurement with reset=True): one operation
+                ops[-1] = dataclasses.replace(last, reset=True)
+                for bit, value in state["bits"].items():
+                    if value is last:
+                        state["bits"][bit] = ops[-1]
+            else:
+                ops.append(measure(wires[0], reset=True))
             continue
         if name == "if_else":
             ops.append(_if_else(op, circuit, instruction, qubits, values, state, table))
             continue
         if getattr(op, "num_clbits", 0) or getattr(op, "blocks", None):
             raise ValueError(f"qfx.interop.from_qiskit: the instruction {name!r} is not supported.")
+        if name == "unitary":  # its parameter is its matrix
+            ops.append(_matrix_gate(op, wires))
+            continue
+        if hasattr(op, "base_op") and hasattr(op, "modifiers"):  # an AnnotatedOperation
+            ops += _annotated(op, wires, values, state, table)
+            continue
         params = [_angle(p, values) for p in op.params]
         ops += _gate(op, name, params, wires, values, table)
     return ops
@@ -141,13 +157,44 @@ def _gate(op, name, params, wires, values, table, exact_phase=False) -> list:
     phase = 0.0 if definition is None else definition.global_phase
     if exact_phase and not (isinstance(phase, (int, float)) and phase == 0):
         definition = None  # its global phase would matter: the matrix keeps it
-    if name != "unitary" and definition is not None and definition.data:
+    if definition is not None and definition.data:
         inner = {q: wires[k] for k, q in enumerate(definition.qubits)}
         return _convert(definition, inner, values, {"bits": {}}, table)
+    return [_matrix_gate(op, wires)]
+
+
+def _matrix_gate(op, wires):
     from qiskit.quantum_info import Operator  # noqa: PLC0415
 
     matrix = Operator(op).data  # Qiskit's order: its first qubit is the least significant
-    return [g.QubitUnitary(matrix, wires[::-1])]
+    return g.QubitUnitary(matrix, wires[::-1])
+
+
+def _annotated(op, wires, values, state, table) -> list:
+    """Qiskit's AnnotatedOperation: a base operation under inverse, control and power modifiers (the
+    first modifier is applied first; control qubits come before the base's)."""
+    num_controls = sum(getattr(m, "num_ctrl_qubits", 0) for m in op.modifiers)
+    base = op.base_op
+    inner = _gate(
+        base, base.name, [_angle(p, values) for p in base.params], wires[num_controls:], values, table
+    )
+    position = num_controls
+    for m in op.modifiers:
+        kind = type(m).__name__
+        if kind == "InverseModifier":
+            inner = [x.adjoint() for x in reversed(inner)]
+        elif kind == "PowerModifier" and float(m.power).is_integer():
+            power = int(m.power)
+            inner = (inner if power >= 0 else [x.adjoint() for x in reversed(inner)]) * abs(power)
+        elif kind == "ControlModifier":
+            n = m.num_ctrl_qubits
+            controls = wires[position - n : position]
+            position -= n
+            bits = tuple((m.ctrl_state >> k) & 1 for k in range(n))
+            inner = [g.Controlled(x, controls, bits) for x in inner]
+        else:
+            return [_matrix_gate(op, wires)]
+    return inner
 
 
 def _if_else(op, circuit, instruction, qubits, values, state, table):
@@ -157,21 +204,20 @@ def _if_else(op, circuit, instruction, qubits, values, state, table):
         register = list(target)  # a ClassicalRegister: bit k has weight 2**k
     else:
         register = [target]
-    total = 0
-    for k, bit in enumerate(register):
-        if bit in bits:
-            total = total + bits[bit] * (1 << k)
-    if isinstance(total, int):
+    if any(bit not in bits for bit in register):
         raise ValueError(
             "qfx.interop.from_qiskit: an if_test reads classical bits that no measurement wrote."
         )
+    total = bits[register[0]]
+    for k, bit in enumerate(register[1:], start=1):
+        total = total + bits[bit] * (1 << k)
     inner = {q: qubits[outer] for q, outer in zip(op.blocks[0].qubits, instruction.qubits, strict=True)}
     true_ops = _convert(op.blocks[0], inner, values, state, table)
     false_ops = []
     if len(op.blocks) > 1 and op.blocks[1] is not None:
         inner = {q: qubits[outer] for q, outer in zip(op.blocks[1].qubits, instruction.qubits, strict=True)}
         false_ops = _convert(op.blocks[1], inner, values, state, table)
-    predicate = total == int(value) if len(register) > 1 or value not in (1, True) else total
+    predicate = total if len(register) == 1 and int(value) == 1 else total == int(value)
     return cond(predicate, true_ops, false_ops)
 
 
@@ -281,11 +327,11 @@ def _number(x) -> float:
 def _qiskit_gate(op):
     """(a Qiskit gate, the qubits it acts on) for a qfx gate."""
     import qiskit.circuit.library as lib  # noqa: PLC0415
-    from qiskit.quantum_info import SparsePauliOp  # noqa: PLC0415
 
     kind = type(op).__name__
     wires = list(op.wires)
-    p = [_number(x) for x in op.parameters] if kind != "QubitUnitary" else []
+    wrapped = isinstance(op, (g.Adjoint, g.Controlled)) or kind == "QubitUnitary"
+    p = [] if wrapped else [_number(x) for x in op.parameters]
     simple = {
         "Identity": lib.IGate, "PauliX": lib.XGate, "PauliY": lib.YGate, "PauliZ": lib.ZGate,
         "Hadamard": lib.HGate, "S": lib.SGate, "T": lib.TGate, "SX": lib.SXGate, "CNOT": lib.CXGate,
@@ -304,32 +350,51 @@ def _qiskit_gate(op):
         return sub.to_gate(label="Rot"), wires
     if kind == "CRot":
         base, _ = _qiskit_gate(g.Rot(*op.parameters, wires=wires[1]))
-        return base.control(1), wires
+        return base.control(1, annotated=False), wires
     if kind == "IsingXY":  # exp(i theta/4 (XX + YY)) = RXX(-theta/2) RYY(-theta/2)
         (theta,) = p
         sub = _sub_circuit(2, [(lib.RXXGate(-theta / 2), [0, 1]), (lib.RYYGate(-theta / 2), [0, 1])])
         return sub.to_gate(label="IsingXY"), wires
-    if kind in ("MultiRZ", "PauliRot"):
+    if kind in ("MultiRZ", "PauliRot"):  # exp(-i theta/2 P): a basis change, a CNOT ladder, RZ
         word = "Z" * len(wires) if kind == "MultiRZ" else op.pauli_word
-        # Qiskit's labels put qubit 0 last.
-        return lib.PauliEvolutionGate(SparsePauliOp(word[::-1]), time=p[0] / 2), wires
+        active = [k for k, c in enumerate(word) if c != "I"]
+        before = {"X": [lib.HGate()], "Y": [lib.SdgGate(), lib.HGate()], "Z": []}
+        after = {"X": [lib.HGate()], "Y": [lib.HGate(), lib.SGate()], "Z": []}
+        ladder = [(lib.CXGate(), [a, b]) for a, b in zip(active, active[1:], strict=False)]
+        gates = [(gate, [k]) for k in active for gate in before[word[k]]] + ladder
+        gates += [(lib.RZGate(p[0]), [active[-1]])] if active else []
+        gates += ladder[::-1] + [(gate, [k]) for k in active for gate in after[word[k]]]
+        sub = _sub_circuit(len(wires), gates)
+        if not active:
+            sub.global_phase = -p[0] / 2
+        return sub.to_gate(label=kind), wires
     if kind == "MultiControlledX":
         n = len(wires) - 1
         state = sum(v << k for k, v in enumerate(op.control_values))
-        return lib.XGate().control(n, ctrl_state=state), wires
+        return lib.MCXGate(n, ctrl_state=state), wires
     if kind == "QubitUnitary":
         return lib.UnitaryGate(np.asarray(op.U), check_input=False), wires[::-1]
     if isinstance(op, g.Adjoint):
         base, qargs = _qiskit_gate(op.base)
         return base.inverse(), qargs
     if isinstance(op, g.Controlled):
+        if any(isinstance(x, g.QubitUnitary) for x in _bases(op)):
+            # Qiskit would decompose the controlled matrix (a complex64 one fails its Weyl decomposition):
+            # the whole matrix instead, in Qiskit's qubit order.
+            matrix = np.asarray(op.matrix(), dtype=np.complex128)
+            return lib.UnitaryGate(matrix, check_input=False), wires[::-1]
         base, qargs = _qiskit_gate(op.base)
-        if qargs != list(op.base.wires):  # a QubitUnitary's reversed qubits: control its wires' order
-            sub = _sub_circuit(len(qargs), [(base, [op.base.wires.index(q) for q in qargs])])
-            base = sub.to_gate(label=op.base.name)
         state = sum(v << k for k, v in enumerate(op.control_values))
-        return base.control(len(op.controls), ctrl_state=state), list(op.controls) + list(op.base.wires)
+        controlled = base.control(len(op.controls), ctrl_state=state, annotated=False)
+        return controlled, list(op.controls) + list(op.base.wires)
     raise ValueError(f"qfx.interop.to_qiskit: {kind} has no Qiskit form.")
+
+
+def _bases(op):
+    """The gates a wrapper holds, outermost first."""
+    while isinstance(op, (g.Adjoint, g.Controlled)):
+        op = op.base
+        yield op
 
 
 def _sub_circuit(n: int, gates):
