@@ -18,9 +18,14 @@ def hamiltonian_from_openfermion(operator) -> LinearCombination:
 
     **Returns:** a `qfx.LinearCombination`.
 
+    With OpenFermion, `qfx.interop.hamiltonian_from_openfermion(QubitOperator("Z0 Z1", 0.5) +
+    QubitOperator("X0", -0.2))`; here with an object that has the same `terms`:
+
     ```python
-    from openfermion import QubitOperator
-    H = qfx.interop.hamiltonian_from_openfermion(QubitOperator("Z0 Z1", 0.5) + QubitOperator("X0", -0.2))
+    class Terms:
+        terms = {((0, "Z"), (1, "Z")): 0.5, ((0, "X"),): -0.2, (): 1.0}
+
+    H = qfx.interop.hamiltonian_from_openfermion(Terms())  # 0.5 Z0 Z1 - 0.2 X0 + 1.0
     ```
     """
     terms = getattr(operator, "terms", None)
