@@ -51,7 +51,7 @@ def from_pennylane(tape):
     if not isinstance(tape, qml.tape.QuantumScript):
         raise TypeError(f"qfx.interop.from_pennylane: expected a QuantumScript, got {type(tape).__name__}.")
     wires = _wire_map(tape.wires)
-    ops = [_operation(op, wires, qml) for op in tape.operations]
+    ops = [_operation(op, wires, qml) for op in tape.operations if op.name not in ("Barrier", "Snapshot")]
     observables = []
     for m in tape.measurements:
         obs = getattr(m, "obs", None)

@@ -75,9 +75,13 @@ def _parse(source: str):
         with contextlib.redirect_stderr(io.StringIO()):
             return parser.parse(source)
     except RecursionError:
-        raise QasmError("the program nests too deeply to be parsed.") from None
+        raise QasmError("the program nests too deeply.") from None
     except Exception as e:  # QASM3ParsingError, or an error of the parser's own AST building
-        line, column, reason = 1, 1, str(e) or "syntax error"
+        line, column = 1, 1
+        if type(e).__name__ == "QASM3ParsingError":
+            reason = str(e) or "syntax error"
+        else:  # the reference parser fails on some texts (one holding only a comment, say)
+            reason = f"the parser found no program in this text ({type(e).__name__}: {e})"
         cause = e
         while cause is not None:  # the recognition error ANTLR raised carries the offending token
             token = getattr(cause, "offendingToken", None)
@@ -153,6 +157,8 @@ def from_qasm(source, inputs: dict | None = None) -> Circuit:
         raise QasmError(f"the program has more than {MAX_SOURCE_CHARS} characters, qfx's limit.")
     if inputs is not None and not isinstance(inputs, dict):
         raise TypeError(f"qfx.from_qasm: inputs must be a dict of name: value, got {type(inputs).__name__}.")
+    if not text.strip():  # the parser has no program to build: an empty circuit
+        return Circuit([])
     program = _parse(text)
     reader = _Reader(dict(inputs or {}))
     reader.run_program(program)
@@ -162,7 +168,7 @@ def from_qasm(source, inputs: dict | None = None) -> Circuit:
             f"qfx.from_qasm: inputs {sorted(unused)} are not declared by the program (it declares "
             f"{sorted(reader.used_inputs) or 'none'}); pass only the program's inputs."
         )
-    return Circuit(reader.ops, num_wires=reader.num_qubits)
+    return Circuit(reader.ops, num_wires=reader.num_qubits or None)  # no qubits: an empty circuit
 
 
 def _is_array(x) -> bool:
@@ -323,10 +329,7 @@ class _Reader:
         if s.init_expression is None:
             value = False if t == "BoolType" else (0.0 if t in ("FloatType", "AngleType") else 0)
         else:
-            value = self.expr(s.init_expression)
-            if type(s.init_expression).__name__ == "QuantumMeasurement":
-                _fail(s, f"a measurement result goes into a bit, not into a {_describe(t)}.")
-            value = _convert(value, t)
+            value = _convert(self.expr(s.init_expression), t)
         if self.in_loop_body:
             raise _Unroll
         self.vars[name] = value
@@ -453,10 +456,11 @@ class _Reader:
         self.expr(s.expression)
 
     def s_QuantumPhase(self, s) -> None:
-        controls, values, rest = self.modifiers(s, s.modifiers, [self.qubit_operand(q) for q in s.qubits])
+        operands = [self.qubit_operand(q) for q in s.qubits]
+        controls, values, rest, factor = self.modifiers(s, s.modifiers, operands)
         if rest:
             _fail(s, "gphase takes no qubits besides its controls.")
-        theta = self.expr(s.argument)
+        theta = _BINARY["*"](factor, self.expr(s.argument))
         self.emit(_phase_ops(theta, controls, values), s)
 
     def s_QuantumGate(self, s) -> None:
@@ -573,20 +577,16 @@ class _Reader:
                     sub_args = [self.expr(a) for a in st.arguments]
                     sub_q = []
                     for q in st.qubits:
-                        ws = self.qubit_operand(q)
-                        if len(ws) != 1:
-                            _fail(st, "inside a gate definition, each operand is one qubit.")
-                        sub_q.append(ws[0])
+                        sub_q.append(self.qubit_operand(q)[0])  # a gate's qubits are single qubits
                     ops += self.gate_ops(
                         st, st.name.name, sub_args, sub_q, st.modifiers, depth + 1, spec.scope
                     )
                 elif kind == "QuantumPhase":
-                    controls, values, rest = self.modifiers(
-                        st, st.modifiers, [self.qubit_operand(q) for q in st.qubits]
-                    )
+                    operands = [self.qubit_operand(q) for q in st.qubits]
+                    controls, values, rest, factor = self.modifiers(st, st.modifiers, operands)
                     if rest:
                         _fail(st, "gphase takes no qubits besides its controls.")
-                    theta = self.expr(st.argument)
+                    theta = _BINARY["*"](factor, self.expr(st.argument))
                     ops += _phase_ops(theta, controls, values, keep_phase=True)
                 elif kind == "QuantumBarrier":
                     pass
@@ -599,13 +599,14 @@ class _Reader:
             self.vars, self.qubits = saved
 
     def modifiers(self, s, modifiers, operands):
-        """(controls, values, remaining operands) for gphase's modifiers."""
+        """(controls, values, remaining operands, the factor that inv and pow put on the angle) for
+        gphase's modifiers."""
         wires = []
         for o in operands:
             if len(o) != 1:
                 _fail(s, "gphase's controls must be single qubits.")
             wires.append(o[0])
-        controls, values, position = [], [], 0
+        controls, values, position, factor = [], [], 0, 1
         for m in modifiers:
             kind = m.modifier.name
             if kind in ("ctrl", "negctrl"):
@@ -613,13 +614,13 @@ class _Reader:
                 controls += wires[position : position + n]
                 values += [int(kind == "ctrl")] * n
                 position += n
-            else:
-                _fail(
-                    s, f"gphase: the modifier {kind} is not supported on it (write the phase with its sign)."
-                )
+            elif kind == "inv":
+                factor = -factor
+            else:  # pow(k) @ gphase(a) is gphase(k a), for any real k
+                factor = _BINARY["*"](factor, self.expr(m.argument))
         if position > len(wires):
             _fail(s, f"gphase: the modifiers take {position} control qubits, but {len(wires)} are given.")
-        return tuple(controls), tuple(values), wires[position:]
+        return tuple(controls), tuple(values), wires[position:], factor
 
     # --- control flow --------------------------------------------------------------------------------
 
