@@ -660,7 +660,7 @@ def test_from_pennylane_matches_default_qubit():
     with pytest.raises(TypeError, match="expected a QuantumScript"):
         qfx.interop.from_pennylane(ops)
     with pytest.raises(ValueError, match="the operation MidMeasureMP has no qfx form"):
-        qfx.interop.from_pennylane(qml.tape.QuantumScript([qml.ops.MidMeasureMP(0)], []))
+        qfx.interop.from_pennylane(qml.tape.QuantumScript([qml.measurements.MidMeasureMP(0)], []))
 
 
 def test_hamiltonians_from_qiskit_pennylane_and_openfermion():

@@ -102,9 +102,9 @@ def _from_terms(terms, what: str) -> LinearCombination:
     """A linear combination from ((wire, letter) pairs, coefficient) items; coefficients must be real."""
     coeffs, words = [], []
     for word, coeff in terms:
-        c = complex(np.asarray(coeff).item()) if not hasattr(coeff, "shape") or np.ndim(coeff) == 0 else None
-        if c is None:
+        if np.ndim(coeff) != 0:
             raise ValueError(f"{what}: a coefficient is not a scalar: {coeff!r}.")
+        c = complex(np.asarray(coeff).item())
         if abs(c.imag) > 1e-12 * max(1.0, abs(c.real)):
             raise ValueError(
                 f"{what}: the term {word} has the complex coefficient {c}; a Hermitian observable has "
