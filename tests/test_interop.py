@@ -450,7 +450,20 @@ def test_inputs_under_grad_jit_and_vmap(x64):  # float64 angles: finite differen
     gs = jnp.asarray([0.1, 0.7, 1.0])
     batch = jax.vmap(energy, in_axes=(0, None))(gs, 0.3)
     np.testing.assert_allclose(np.asarray(batch), [flat(float(x), 0.3) for x in gs], atol=1e-9)
-    assert any(isinstance(op, qfx.ForLoop) for op in qfx.from_qasm(text, inputs={"g": 0.7, "b": 0.3}).ops)
+    first, again = (qfx.from_qasm(text, inputs={"g": g, "b": 0.3}) for g in (0.7, 0.2))
+    assert any(isinstance(op, qfx.ForLoop) for op in first.ops)
+    # Read again with other inputs: the same structure, so a jitted function of it does not recompile.
+    assert jax.tree.structure(first) == jax.tree.structure(again)
+    traces = []
+
+    @jax.jit
+    def compiled(c):
+        traces.append(1)
+        return qfx.expval(c, cost)
+
+    compiled(first)
+    compiled(again)
+    assert len(traces) == 1
 
 
 def test_programs_without_qubits_are_empty_circuits():

@@ -46,12 +46,23 @@ class _GateDef:
 
 @dataclasses.dataclass(eq=False)
 class _Frozen:
-    """Static data compared by identity (a loop's statements and the reader's state when it began)."""
+    """A loop's statements and the reader's state when it began: static structure of a `qfx.for_loop`.
+
+    Equal when the statement is the same AST node (parses are cached per source text, so reading one
+    program twice gives equal circuits, which share one compilation) and the classical values it starts
+    from are equal; `value` holds the reader's state, which the same source text determines."""
 
     value: Any
+    key: tuple
+
+    def __eq__(self, other):
+        return isinstance(other, _Frozen) and self.key[0] is other.key[0] and self.key[1:] == other.key[1:]
+
+    def __hash__(self):
+        return hash((id(self.key[0]), *self.key[1:]))
 
     def __repr__(self):
-        return f"<OpenQASM loop, line {_place(self.value[2])[0]}>"
+        return f"<OpenQASM loop, line {_place(self.key[0])[0]}>"
 
 
 def _place(node) -> tuple[int, int]:
@@ -687,8 +698,11 @@ class _Reader:
         if values is None and length > 1 and not self.in_loop_body:
             # A loop over a range: try one qfx.for_loop (index traced); unroll if the body needs it static.
             arrays = {k: v for k, v in self.vars.items() if _is_array(v)}
-            others = {k: v for k, v in self.vars.items() if not _is_array(v) and not isinstance(v, list)}
-            body = _LoopBody(_Frozen((self, others, s, var, start, step, integer)))
+            others = {
+                k: v for k, v in self.vars.items() if not _is_array(v) and k not in self.bits
+            }  # numbers and bools (bits are refused in loop bodies: read, they unroll the loop)
+            key = (s, var, start, step, integer, tuple(sorted(others.items())))
+            body = _LoopBody(_Frozen((self, others, s, var, start, step, integer), key))
             try:
                 loop = for_loop(length, body, arrays)
             except _Unroll:
