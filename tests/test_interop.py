@@ -169,6 +169,62 @@ def _qasm2_writable(name):
     return name not in ("CRot", "MultiControlledX", "AdjointISWAP", "ControlledISWAP")
 
 
+_PREP = "ry(0.3) q[0]; ry(0.7) q[1]; ry(1.1) q[2]; rz(0.2) q[0]; rz(0.7) q[1]; rz(1.2) q[2];\n"
+STDGATES_PROGRAM = (
+    STD
+    + "qubit[3] q;\n"
+    + _PREP
+    + (
+        "p(0.3) q[0]; x q[1]; y q[2]; z q[0]; h q[1]; s q[2]; sdg q[0]; t q[1]; tdg q[2]; sx q[0];\n"
+        "rx(0.4) q[1]; ry(0.5) q[2]; rz(0.6) q[0]; cx q[0], q[1]; cy q[1], q[2]; cz q[2], q[0];\n"
+        "cp(0.7) q[0], q[2]; crx(0.8) q[1], q[0]; cry(0.9) q[2], q[1]; crz(1.0) q[0], q[1]; ch q[1], q[2];\n"
+        "swap q[0], q[2]; ccx q[0], q[1], q[2]; cswap q[2], q[0], q[1]; cu(0.1, 0.2, 0.3, 0.4) q[1], q[0];\n"
+        "CX q[2], q[1]; phase(0.5) q[1]; cphase(0.6) q[2], q[0]; id q[0]; u1(0.7) q[1]; u2(0.8, 0.9) q[2];\n"
+        "u3(1.0, 1.1, 1.2) q[0];\n"
+    )
+)
+QELIB1_PROGRAM = (
+    QE
+    + "qreg q[3];\n"
+    + _PREP
+    + (
+        "u3(0.1, 0.2, 0.3) q[0]; u2(0.4, 0.5) q[1]; u1(0.6) q[2]; cx q[0], q[1]; id q[2]; u0(1) q[0];\n"
+        "u(0.7, 0.8, 0.9) q[1]; p(1.0) q[2]; x q[0]; y q[1]; z q[2]; h q[0]; s q[1]; sdg q[2]; t q[0];\n"
+        "tdg q[1]; rx(0.2) q[2]; ry(0.3) q[0]; rz(0.4) q[1]; sx q[2]; sxdg q[0]; cz q[1], q[2];\n"
+        "cy q[2], q[0]; swap q[0], q[1]; ch q[1], q[2]; ccx q[2], q[0], q[1]; cswap q[0], q[1], q[2];\n"
+        "crx(0.5) q[1], q[0]; cry(0.6) q[2], q[1]; crz(0.7) q[0], q[2]; cu1(0.8) q[1], q[2];\n"
+        "cp(0.9) q[2], q[0]; cu3(0.1, 0.2, 0.3) q[0], q[1]; csx q[1], q[2]; cu(0.4, 0.5, 0.6, 0.7) q[2], q[0];\n"
+        "rxx(0.8) q[0], q[1]; rzz(0.9) q[1], q[2]; rccx q[0], q[1], q[2]; U(0.1, 0.2, 0.3) q[1]; CX q[1], q[0];\n"
+    )
+)
+QELIB1_WIDE_PROGRAM = (
+    QE
+    + "qreg q[4];\nh q;\n"
+    + _PREP
+    + ("rc3x q[0], q[1], q[2], q[3]; c3x q[3], q[0], q[1], q[2]; c3sqrtx q[1], q[2], q[3], q[0];\n")
+)
+
+
+def test_every_standard_gate_reads_as_qiskit_reads_it():
+    qasm2, qasm3 = pytest.importorskip("qiskit.qasm2"), pytest.importorskip("qiskit.qasm3")
+    Statevector = pytest.importorskip("qiskit.quantum_info").Statevector
+    pytest.importorskip("qiskit_qasm3_import")
+
+    def qelib1(text):  # Qiskit's reader with the longer qelib1.inc that qfx reads
+        return qasm2.loads(text, custom_instructions=qasm2.LEGACY_CUSTOM_INSTRUCTIONS)
+
+    for text, load in (
+        (STDGATES_PROGRAM, qasm3.loads),
+        (QELIB1_PROGRAM, qelib1),
+        (QELIB1_WIDE_PROGRAM, qelib1),
+    ):
+        qc = load(text)
+        circuit = qfx.from_qasm(text)
+        assert float(qc.global_phase) == 0.0
+        expected = qiskit_order(Statevector(qc).data, qc.num_qubits)
+        np.testing.assert_allclose(reference.final_state(circuit), expected, atol=1e-6)  # the phase too
+
+
 def test_from_qiskit_parameters_are_arguments_with_gradients():
     QuantumCircuit = pytest.importorskip("qiskit").QuantumCircuit
     Parameter = pytest.importorskip("qiskit.circuit").Parameter
