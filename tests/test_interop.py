@@ -138,6 +138,26 @@ def test_from_qiskit_random_circuits_match_statevector():
         np.testing.assert_allclose(reference.final_state(circuit), expected, atol=1e-6)
 
 
+def test_qiskits_own_qasm_output_reads_back():
+    qasm2, qasm3 = pytest.importorskip("qiskit.qasm2"), pytest.importorskip("qiskit.qasm3")
+    lib = pytest.importorskip("qiskit.circuit.library")
+    Statevector = pytest.importorskip("qiskit.quantum_info").Statevector
+    QuantumCircuit = pytest.importorskip("qiskit").QuantumCircuit
+
+    qc = QuantumCircuit(3)
+    for gate, qubits in [
+        (lib.RYGate(0.4), [0]), (lib.HGate(), [1]), (lib.ECRGate(), [0, 1]), (lib.RZXGate(0.3), [1, 2]),
+        (lib.CUGate(0.1, 0.2, 0.3, 0.4), [2, 0]), (lib.CSGate(), [0, 2]), (lib.CCZGate(), [0, 1, 2]),
+        (lib.CXGate(ctrl_state=0), [1, 0]), (lib.RYYGate(0.6), [2, 1]), (lib.UnitaryGate(random_unitary(
+            np.random.default_rng(6), 4)), [0, 2]), (lib.SXdgGate(), [1]), (lib.RGate(0.3, 0.9), [2]),
+    ]:  # fmt: skip
+        qc.append(gate, qubits)
+    expected = qiskit_order(Statevector(qc).data, 3)
+    for text in (qasm3.dumps(qc), qasm2.dumps(qc)):
+        state = reference.final_state(qfx.from_qasm(text))
+        np.testing.assert_allclose(state, same_phase(expected, state), atol=1e-6)  # gate phases dropped
+
+
 def test_to_qiskit_random_circuits_match_statevector():
     Statevector = pytest.importorskip("qiskit.quantum_info").Statevector
 
