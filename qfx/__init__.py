@@ -1,6 +1,6 @@
 """qfx: quantum circuits as Equinox pytrees, simulated and differentiated in pure JAX."""
 
-from . import diff as diff
+from . import diff as diff, interop as interop
 from ._backend import (
     AbstractBackend as AbstractBackend,
     AbstractStateVectorBackend as AbstractStateVectorBackend,
@@ -92,5 +92,6 @@ from ._statevector import (
 )
 from ._straight_through import straight_through_argmax as straight_through_argmax
 from ._tensornet import TensorNetwork as TensorNetwork
+from .interop import from_qasm as from_qasm, to_qasm as to_qasm
 
 __version__ = "0.1.0"

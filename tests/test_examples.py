@@ -88,3 +88,17 @@ def test_mid_circuit_statistics_match_theory():
     for label in ("<X> on the target (exact)", "d<X>/d(prep angle)"):
         value, theory = values(label)
         assert abs(value - theory) < 1e-5
+
+
+def test_from_qasm_trains_and_writes_back():
+    out = run_example("from_qasm.py")
+    exact = float(re.search(r"exact ground energy \(numpy eigvalsh\): ([-0-9.]+)", out).group(1))
+    # H = Z0 Z1 + 0.5 X1 + 0.2 Z0 splits on wire 0's Z value z: z (0.2 + Z1) + 0.5 X1 has lowest
+    # eigenvalue -0.2 - sqrt(1 + 0.25) at z = -1.
+    assert abs(exact - (-0.2 - math.sqrt(1.25))) < 1e-6
+    final = float(re.search(r"^final energy: ([-0-9.]+)$", out, re.MULTILINE).group(1))
+    assert abs(final - exact) < 1e-4
+    # The program it writes is the trained circuit: it has the trained energy.
+    written = out.split("trained circuit as OpenQASM 3:\n", 1)[1]
+    H = qfx.Z(0) @ qfx.Z(1) + 0.5 * qfx.X(1) + 0.2 * qfx.Z(0)
+    assert abs(float(qfx.expval(qfx.from_qasm(written), H)) - final) < 1e-5
