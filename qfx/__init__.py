@@ -5,6 +5,20 @@ from ._backend import (
     AbstractBackend as AbstractBackend,
     AbstractStateVectorBackend as AbstractStateVectorBackend,
 )
+from ._channels import (
+    AbstractChannel as AbstractChannel,
+    AmplitudeDamping as AmplitudeDamping,
+    BitFlip as BitFlip,
+    DepolarizingChannel as DepolarizingChannel,
+    GeneralizedAmplitudeDamping as GeneralizedAmplitudeDamping,
+    PauliError as PauliError,
+    PhaseDamping as PhaseDamping,
+    PhaseFlip as PhaseFlip,
+    QubitChannel as QubitChannel,
+    ResetError as ResetError,
+    ThermalRelaxationError as ThermalRelaxationError,
+)
+from ._densitymatrix import DensityMatrix as DensityMatrix
 from ._circuit import Circuit as Circuit, Repeat as Repeat, draw as draw, repeat as repeat
 from ._control import (
     Cond as Cond,
