@@ -5,20 +5,6 @@ from ._backend import (
     AbstractBackend as AbstractBackend,
     AbstractStateVectorBackend as AbstractStateVectorBackend,
 )
-from ._channels import (
-    AbstractChannel as AbstractChannel,
-    AmplitudeDamping as AmplitudeDamping,
-    BitFlip as BitFlip,
-    DepolarizingChannel as DepolarizingChannel,
-    GeneralizedAmplitudeDamping as GeneralizedAmplitudeDamping,
-    PauliError as PauliError,
-    PhaseDamping as PhaseDamping,
-    PhaseFlip as PhaseFlip,
-    QubitChannel as QubitChannel,
-    ResetError as ResetError,
-    ThermalRelaxationError as ThermalRelaxationError,
-)
-from ._densitymatrix import DensityMatrix as DensityMatrix
 from ._circuit import Circuit as Circuit, Repeat as Repeat, draw as draw, repeat as repeat
 from ._control import (
     Cond as Cond,
@@ -104,5 +90,22 @@ from ._statevector import (
 )
 from ._straight_through import straight_through_argmax as straight_through_argmax
 from ._tensornet import TensorNetwork as TensorNetwork
+
+# Noise: channels and the backends that simulate them (kept together, after the rest).
+# isort: split
+from ._channels import (
+    AbstractChannel as AbstractChannel,
+    AmplitudeDamping as AmplitudeDamping,
+    BitFlip as BitFlip,
+    DepolarizingChannel as DepolarizingChannel,
+    GeneralizedAmplitudeDamping as GeneralizedAmplitudeDamping,
+    PauliError as PauliError,
+    PhaseDamping as PhaseDamping,
+    PhaseFlip as PhaseFlip,
+    QubitChannel as QubitChannel,
+    ResetError as ResetError,
+    ThermalRelaxationError as ThermalRelaxationError,
+)
+from ._densitymatrix import DensityMatrix as DensityMatrix
 
 __version__ = "0.1.0"

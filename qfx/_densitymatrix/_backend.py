@@ -11,7 +11,7 @@ from .._control import has_control
 from .._custom_types import complex_dtype, tolerance
 from .._measurements import AbstractMeasurement, Amplitude, State
 from .._memory import check_memory
-from .._statevector import initial_state_of, run, zero_flat_state
+from .._statevector import initial_state_of, run, zero_state
 from ._doubled import doubled
 from ._measure import measure_rho
 
@@ -66,7 +66,7 @@ class DensityMatrix(AbstractBackend):
 
     def evaluate(self, measurement, circuit, initial_state, args):
         n = circuit.num_wires
-        x0 = zero_flat_state(2 * n) if initial_state is None else initial_state
+        x0 = zero_state(2 * n) if initial_state is None else initial_state
         x = run(doubled(circuit.ops, n), x0, 2 * n)
         return measure_rho(measurement, x.reshape(2**n, 2**n), args)
 
