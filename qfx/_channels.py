@@ -24,7 +24,7 @@ from jaxtyping import Array, ArrayLike
 import numpy as np
 
 from ._checks import as_dtype, as_numeric, check_wires, host_number, is_concrete
-from ._custom_types import complex_dtype, real_dtype, tolerance
+from ._custom_types import EXACT, complex_dtype, real_dtype, tolerance
 from ._gates import AbstractOperation
 
 _I = np.eye(2)
@@ -40,6 +40,13 @@ _P11 = np.array([[0, 0], [0, 1]])  # |1><1|
 
 def _const(*matrices) -> Array:
     return jnp.asarray(np.stack(matrices), complex_dtype())
+
+
+def _diag(a, b) -> Array:
+    """`diag(a, b)` from real scalars (numbers or arrays), in the default complex dtype: a sum of constant
+    matrices, which compiles to a few elementwise operations (not scatters)."""
+    c = complex_dtype()
+    return jnp.asarray(a).astype(c) * _const(_P00)[0] + jnp.asarray(b).astype(c) * _const(_P11)[0]
 
 
 def _strength(name: str, field: str, value) -> Array:
@@ -110,8 +117,9 @@ class AbstractChannel(AbstractOperation):
         `vec(rho') = S vec(rho)` with `vec(rho)[i, j] = rho[i, j]`. Linear in the weights."""
         w, m = self.weighted_kraus()
         d = m.shape[-1]
-        kk = m[:, :, None, :, None] * m.conj()[:, None, :, None, :]  # (m, i, j, k, l): M[i,k] conj(M[j,l])
-        return jnp.einsum("a,aijkl->ijkl", w.astype(m.dtype), kk).reshape(d * d, d * d)
+        # S[(i, j), (k, l)] = sum_a w_a M_a[i, k] conj(M_a[j, l])
+        s = jnp.einsum("a,aik,ajl->ijkl", w.astype(m.dtype), m, m.conj(), precision=EXACT)
+        return s.reshape(d * d, d * d)
 
     def on(self, wires) -> "AbstractChannel":
         """This channel, with the same strength leaves, on other wires (as `qfx.NoiseModel` inserts it)."""
@@ -243,8 +251,7 @@ class AmplitudeDamping(_AbstractOneStrength):
         self._init("gamma", gamma, wires)
 
     def weighted_kraus(self):
-        c = complex_dtype()
-        k0 = jnp.zeros((2, 2), c).at[0, 0].set(1).at[1, 1].set(jnp.sqrt(1 - self.gamma).astype(c))
+        k0 = _diag(1, jnp.sqrt(1 - self.gamma))
         return jnp.stack([jnp.ones_like(self.gamma), self.gamma]), jnp.stack([k0, _const(_P01)[0]])
 
 
@@ -268,8 +275,7 @@ class PhaseDamping(_AbstractOneStrength):
         self._init("gamma", gamma, wires)
 
     def weighted_kraus(self):
-        c = complex_dtype()
-        k0 = jnp.zeros((2, 2), c).at[0, 0].set(1).at[1, 1].set(jnp.sqrt(1 - self.gamma).astype(c))
+        k0 = _diag(1, jnp.sqrt(1 - self.gamma))
         return jnp.stack([jnp.ones_like(self.gamma), self.gamma]), jnp.stack([k0, _const(_P11)[0]])
 
 
@@ -301,10 +307,8 @@ class GeneralizedAmplitudeDamping(AbstractChannel):
         _in_range("GeneralizedAmplitudeDamping", "p", self.p, 0.0, 1.0)
 
     def weighted_kraus(self):
-        c = complex_dtype()
-        s = jnp.sqrt(1 - self.gamma).astype(c)
-        k0 = jnp.zeros((2, 2), c).at[0, 0].set(1).at[1, 1].set(s)
-        k2 = jnp.zeros((2, 2), c).at[0, 0].set(s).at[1, 1].set(1)
+        s = jnp.sqrt(1 - self.gamma)
+        k0, k2 = _diag(1, s), _diag(s, 1)
         w = jnp.stack([self.p, self.p * self.gamma, 1 - self.p, (1 - self.p) * self.gamma])
         return w, jnp.stack([k0, _const(_P01)[0], k2, _const(_P10)[0]])
 
@@ -438,13 +442,12 @@ class ThermalRelaxationError(AbstractChannel):
             )
 
     def weighted_kraus(self):
-        c = complex_dtype()
         r = 1 - jnp.exp(-self.tq / self.t1)
         e2 = jnp.exp(-self.tq / self.t2)
         a = 1 - self.pe * r
         b = 1 - (1 - self.pe) * r
         sa = jnp.sqrt(a)
-        k0 = jnp.zeros((2, 2), c).at[0, 0].set(sa.astype(c)).at[1, 1].set((e2 / sa).astype(c))
+        k0 = _diag(sa, e2 / sa)
         # A B >= e2**2 exactly when t2 <= 2 t1; clipped against rounding.
         w = jnp.stack([jnp.ones_like(a), jnp.maximum(b - e2**2 / a, 0), self.pe * r, (1 - self.pe) * r])
         return w, jnp.stack([k0, _const(_P11)[0], _const(_P10)[0], _const(_P01)[0]])

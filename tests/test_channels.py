@@ -1,0 +1,220 @@
+"""Noise channels and the density-matrix backend, against the independent NumPy density-matrix reference
+(`tests/reference_mixed.py`), analytic values and central differences."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import qfx
+
+from . import reference_mixed as mref
+from .helpers import ANGLE_GATES, central_difference, random_unitary, tree_allclose
+
+
+def _kraus_stack(rng, m, dim):
+    """m random Kraus operators on `dim` dimensions: the blocks of an isometry."""
+    v = random_unitary(rng, m * dim)[:, :dim]
+    return v.reshape(m, dim, dim)
+
+
+# Every channel: (number of wires, factory(rng, wires) -> channel at random strengths inside the range).
+ALL_CHANNELS = {
+    "BitFlip": (1, lambda r, w: qfx.BitFlip(r.uniform(), wires=w)),
+    "PhaseFlip": (1, lambda r, w: qfx.PhaseFlip(r.uniform(), wires=w)),
+    "DepolarizingChannel": (1, lambda r, w: qfx.DepolarizingChannel(r.uniform(), wires=w)),
+    "AmplitudeDamping": (1, lambda r, w: qfx.AmplitudeDamping(r.uniform(), wires=w)),
+    "PhaseDamping": (1, lambda r, w: qfx.PhaseDamping(r.uniform(), wires=w)),
+    "GeneralizedAmplitudeDamping": (
+        1,
+        lambda r, w: qfx.GeneralizedAmplitudeDamping(r.uniform(), r.uniform(), wires=w),
+    ),
+    "ResetError": (1, lambda r, w: qfx.ResetError(*(r.dirichlet([1, 1, 1])[:2]), wires=w)),
+    "PauliError": (2, lambda r, w: qfx.PauliError("XZ", r.uniform(), wires=w)),
+    "ThermalT2BelowT1": (
+        1,
+        lambda r, w: qfx.ThermalRelaxationError(r.uniform(), 1.0, 0.7, r.uniform(), wires=w),
+    ),
+    "ThermalT2AboveT1": (
+        1,
+        lambda r, w: qfx.ThermalRelaxationError(r.uniform(), 1.0, 1.6, r.uniform(), wires=w),
+    ),
+    "QubitChannel1": (1, lambda r, w: qfx.QubitChannel(_kraus_stack(r, 3, 2), wires=w)),
+    "QubitChannel2": (2, lambda r, w: qfx.QubitChannel(_kraus_stack(r, 2, 4), wires=w)),
+}
+
+
+def random_noisy_circuit(rng, n, depth, channels=ALL_CHANNELS, gates=ANGLE_GATES):
+    """`depth` operations, each a gate or (one time in three) a channel, on random distinct wires."""
+    gnames = [k for k, (m, _) in gates.items() if m <= n]
+    cnames = [k for k, (m, _) in channels.items() if m <= n]
+    ops = []
+    for i in range(depth):
+        table, names = (channels, cnames) if i % 3 == 2 else (gates, gnames)
+        k, make = table[names[rng.integers(len(names))]]
+        wires = tuple(int(w) for w in rng.choice(n, size=k, replace=False))
+        ops.append(make(rng, wires if k > 1 else wires[0]))
+    return qfx.Circuit(ops, num_wires=n)
+
+
+def _hermitian(u):
+    return u + u.conj().T
+
+
+def _superop(ks):
+    return sum(np.kron(k, k.conj()) for k in ks)
+
+
+def test_channels_match_the_reference_formulas_and_are_cptp():
+    # Kraus sets are not unique, so the channels are compared as superoperators. One program for all.
+    rng = np.random.default_rng(0)
+    channels = []
+    for k, make in ALL_CHANNELS.values():
+        channels.append(make(rng, tuple(range(k)) if k > 1 else 0))
+    kraus, superops = jax.jit(
+        lambda chs: ([c.kraus_matrices() for c in chs], [c.superoperator() for c in chs])
+    )(channels)
+    for ch, ks, s in zip(channels, kraus, superops, strict=True):
+        ks = np.asarray(ks, np.complex128)
+        k = len(ch.wires)
+        assert np.allclose(np.einsum("aji,ajk->ik", ks.conj(), ks), np.eye(2**k), atol=1e-6), ch
+        ref = [np.asarray(m, complex) for m in mref.kraus(ch)]
+        assert np.allclose(_superop(ks), _superop(ref), atol=1e-6), ch
+        assert np.allclose(np.asarray(s), _superop(ref), atol=1e-6), ch
+
+
+# (circuit, observable, analytic value): each channel's action on a simple state.
+_P, _G, _Q = 0.3, 0.36, 0.7
+_ANALYTIC = [
+    ([qfx.BitFlip(_P, wires=0)], qfx.Z(0), 1 - 2 * _P),
+    ([qfx.H(0), qfx.PhaseFlip(_P, wires=0)], qfx.X(0), 1 - 2 * _P),
+    ([qfx.H(0), qfx.DepolarizingChannel(_P, wires=0)], qfx.X(0), 1 - 4 * _P / 3),
+    ([qfx.X(0), qfx.AmplitudeDamping(_G, wires=0)], qfx.Z(0), 2 * _G - 1),
+    ([qfx.H(0), qfx.AmplitudeDamping(_G, wires=0)], qfx.X(0), np.sqrt(1 - _G)),
+    ([qfx.H(0), qfx.PhaseDamping(_G, wires=0)], qfx.X(0), np.sqrt(1 - _G)),
+    ([qfx.X(0), qfx.GeneralizedAmplitudeDamping(1.0, _Q, wires=0)], qfx.Z(0), 2 * _Q - 1),
+    ([qfx.ResetError(0.1, 0.2, wires=0)], qfx.Z(0), 0.8 - 0.2),
+    ([qfx.PauliError("XY", _P, wires=(0, 1))], qfx.Z(0) @ qfx.Z(1), 1.0),
+    ([qfx.PauliError("XI", _P, wires=(0, 1))], qfx.Z(0), 1 - 2 * _P),
+    ([qfx.X(0), qfx.ThermalRelaxationError(0.0, 100.0, 80.0, 10.0, wires=0)], qfx.Z(0), 1 - 2 * np.exp(-0.1)),
+    ([qfx.H(0), qfx.ThermalRelaxationError(0.2, 100.0, 150.0, 30.0, wires=0)], qfx.X(0), np.exp(-0.2)),
+    ([qfx.H(0), qfx.ThermalRelaxationError(0.2, 100.0, 50.0, 30.0, wires=0)], qfx.X(0), np.exp(-0.6)),
+]
+
+
+def test_each_channel_has_its_analytic_action():
+    circuits = [qfx.Circuit(ops, num_wires=2) for ops, _, _ in _ANALYTIC]
+    # One program for all the cases (compiling each on its own took 20 s).
+    got = jax.jit(lambda cs: [qfx.expval(c, obs) for c, (_, obs, _) in zip(cs, _ANALYTIC, strict=True)])(
+        circuits
+    )
+    for (ops, _, want), value in zip(_ANALYTIC, got, strict=True):
+        assert abs(float(value) - want) < 1e-5, (ops, float(value), want)
+
+
+def _measured(c, obs):
+    """Every measurement of one circuit, in one program."""
+    return jax.jit(
+        lambda c: (
+            qfx.probs(c),
+            qfx.probs(c, wires=(2, 0)),
+            qfx.density_matrix(c, wires=(1, 2)),
+            qfx.density_matrix(c),
+            qfx.expval(c, obs),
+            qfx.var(c, obs),
+        )
+    )(c)
+
+
+def _check_against_reference(c, obs, atol):
+    probs, probs20, rho12, rho, ev, var = _measured(c, obs)
+    ref = mref.final_rho(c)
+    assert np.allclose(probs, np.real(np.diag(ref)), atol=atol)
+    assert np.allclose(probs20, mref.probs(c, (2, 0)), atol=atol)
+    assert np.allclose(rho12, mref.reduced(ref, (1, 2), 3), atol=atol)
+    assert np.allclose(rho, ref, atol=atol)
+    assert abs(float(ev) - mref.expval(c, obs)) < atol
+    assert abs(float(var) - mref.var(c, obs)) < atol
+
+
+def test_random_noisy_circuits_match_the_reference_complex64():
+    rng = np.random.default_rng(1)
+    obs = 0.5 * qfx.Z(0) @ qfx.X(2) - 0.3 * qfx.Y(1) + qfx.Hermitian(_hermitian(random_unitary(rng, 2)), 1)
+    _check_against_reference(random_noisy_circuit(rng, 3, 24), obs, 1e-5)
+
+
+def test_random_noisy_circuits_match_the_reference_complex128(x64):
+    rng = np.random.default_rng(2)
+    obs = qfx.Z(0) @ qfx.Z(1) + 0.7 * qfx.X(2)
+    _check_against_reference(random_noisy_circuit(rng, 3, 24), obs, 1e-10)
+
+
+def _params_of(circuit):
+    """The float leaves (gate angles and channel strengths; not QubitChannel's complex stacks)."""
+    return eqx.partition(circuit, lambda x: eqx.is_inexact_array(x) and not jnp.iscomplexobj(x))
+
+
+def test_gradients_of_gates_and_strengths_match_central_differences(x64):
+    rng = np.random.default_rng(3)
+    channels = {k: v for k, v in ALL_CHANNELS.items() if not k.startswith("QubitChannel")}
+    c = random_noisy_circuit(rng, 3, 15, channels)
+    obs = qfx.Z(0) @ qfx.Y(1) + 0.4 * qfx.X(2)
+    params, rest = _params_of(c)
+    g = jax.grad(lambda p: qfx.expval(eqx.combine(p, rest), obs))(params)
+    want = central_difference(lambda p: mref.expval(eqx.combine(p, rest), obs), params, eps=1e-6)
+    assert tree_allclose(g, want, rtol=1e-6, atol=1e-7)
+
+
+def test_parameter_shift_and_finite_diff_agree_with_backprop_on_the_density_matrix():
+    rng = np.random.default_rng(4)
+    channels = {k: v for k, v in ALL_CHANNELS.items() if not k.startswith("QubitChannel")}
+    c = random_noisy_circuit(rng, 3, 9, channels)
+    gates = [i for i, op in enumerate(c.ops) if isinstance(op, qfx.AbstractGate)]
+    spec = eqx.tree_at(
+        lambda t: [t.ops[i] for i in gates],
+        jax.tree.map(lambda _: False, c),
+        [jax.tree.map(lambda _: True, c.ops[i]) for i in gates],
+    )
+    params, rest = eqx.partition(c, spec)
+    obs = qfx.Z(0) @ qfx.X(1) - 0.5 * qfx.Y(2)
+
+    def grad(diff):
+        return jax.grad(lambda p: qfx.expval(eqx.combine(p, rest), obs, diff=diff))(params)
+
+    backprop = grad(qfx.diff.Backprop())
+    assert tree_allclose(grad(qfx.diff.ParameterShift()), backprop, rtol=1e-4, atol=1e-5)
+    assert tree_allclose(grad(qfx.diff.FiniteDiff()), backprop, rtol=1e-2, atol=1e-2)
+
+
+# Each channel with strengths across its range, ends included (ThermalRelaxationError with t2 below,
+# at and above t1, and at 2 t1).
+_RANGES = [
+    (lambda s: qfx.BitFlip(s[0], wires=0), [[0.0], [1e-3], [0.5], [1.0]]),
+    (lambda s: qfx.PhaseFlip(s[0], wires=0), [[0.0], [0.5], [1.0]]),
+    (lambda s: qfx.DepolarizingChannel(s[0], wires=0), [[0.0], [0.5], [1.0]]),
+    (lambda s: qfx.AmplitudeDamping(s[0], wires=0), [[0.0], [0.5], [0.999]]),
+    (lambda s: qfx.PhaseDamping(s[0], wires=0), [[0.0], [0.5], [0.999]]),
+    (lambda s: qfx.GeneralizedAmplitudeDamping(s[0], s[1], wires=0), [[0.0, 0.0], [0.5, 0.3], [0.999, 1.0]]),
+    (lambda s: qfx.ResetError(s[0], s[1], wires=0), [[0.0, 0.0], [0.3, 0.2], [0.5, 0.5]]),
+    (lambda s: qfx.PauliError("YZ", s[0], wires=(0, 1)), [[0.0], [0.7], [1.0]]),
+    (
+        lambda s: qfx.ThermalRelaxationError(s[0], s[1], s[2], s[3], wires=0),
+        [[0.0, 1.0, 0.5, 0.0], [0.3, 1.0, 1.0, 0.4], [0.3, 1.0, 1.5, 0.4], [1.0, 1.0, 2.0, 2.0]],
+    ),
+]
+
+
+def test_gradients_in_strengths_are_finite_across_the_range(x64):
+    def f(make, s):
+        c = qfx.Circuit([qfx.RY(0.7, wires=0), qfx.RX(0.4, wires=1), make(s)], num_wires=2)
+        return qfx.expval(c, qfx.X(0) + qfx.Z(0) @ qfx.Y(1))
+
+    # One program: each channel's gradient mapped over its strengths.
+    grads = jax.jit(
+        lambda points: [
+            jax.vmap(jax.grad(lambda s, m=m: f(m, s)))(x) for (m, _), x in zip(_RANGES, points, strict=True)
+        ]
+    )([jnp.asarray(x, jnp.float64) for _, x in _RANGES])
+    for (_, x), g in zip(_RANGES, grads, strict=True):
+        assert np.all(np.isfinite(g)), (x, g)
+        assert np.any(g != 0), (x, g)  # the strengths do act
