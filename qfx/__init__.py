@@ -107,5 +107,6 @@ from ._channels import (
     ThermalRelaxationError as ThermalRelaxationError,
 )
 from ._densitymatrix import DensityMatrix as DensityMatrix
+from ._trajectories import Trajectories as Trajectories
 
 __version__ = "0.1.0"
