@@ -107,6 +107,7 @@ from ._channels import (
     ThermalRelaxationError as ThermalRelaxationError,
 )
 from ._densitymatrix import DensityMatrix as DensityMatrix
+from ._noise_model import AfterGates as AfterGates, NoiseModel as NoiseModel, Readout as Readout
 from ._trajectories import Trajectories as Trajectories
 
 __version__ = "0.1.0"
