@@ -5,6 +5,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import qfx
 
@@ -140,13 +141,13 @@ def _check_against_reference(c, obs, atol):
 def test_random_noisy_circuits_match_the_reference_complex64():
     rng = np.random.default_rng(1)
     obs = 0.5 * qfx.Z(0) @ qfx.X(2) - 0.3 * qfx.Y(1) + qfx.Hermitian(_hermitian(random_unitary(rng, 2)), 1)
-    _check_against_reference(random_noisy_circuit(rng, 3, 24), obs, 1e-5)
+    _check_against_reference(random_noisy_circuit(rng, 3, 18), obs, 1e-5)
 
 
 def test_random_noisy_circuits_match_the_reference_complex128(x64):
     rng = np.random.default_rng(2)
     obs = qfx.Z(0) @ qfx.Z(1) + 0.7 * qfx.X(2)
-    _check_against_reference(random_noisy_circuit(rng, 3, 24), obs, 1e-10)
+    _check_against_reference(random_noisy_circuit(rng, 3, 18), obs, 1e-10)
 
 
 def _params_of(circuit):
@@ -218,3 +219,122 @@ def test_gradients_in_strengths_are_finite_across_the_range(x64):
     for (_, x), g in zip(_RANGES, grads, strict=True):
         assert np.all(np.isfinite(g)), (x, g)
         assert np.any(g != 0), (x, g)  # the strengths do act
+
+
+# --- transformations, the default backend, errors ------------------------------------------------------
+
+
+def test_jit_vmap_grad_and_the_default_backend():
+    traces = []
+
+    @jax.jit
+    def f(p, theta):
+        traces.append(None)
+        c = qfx.Circuit([qfx.RX(theta, wires=0), qfx.CNOT(wires=(0, 1)), qfx.AmplitudeDamping(p, wires=1)])
+        return qfx.expval(c, qfx.Z(1))
+
+    def exact(p, theta):  # |1> on wire 1 with probability sin^2(theta / 2), damped to |0> with p
+        p1 = np.sin(theta / 2) ** 2 * (1 - p)
+        return 1 - 2 * p1
+
+    assert abs(float(f(0.2, 0.9)) - exact(0.2, 0.9)) < 1e-5
+    assert abs(float(f(0.5, 1.3)) - exact(0.5, 1.3)) < 1e-5
+    assert len(traces) == 1  # new values, no new compilation
+    ps = jnp.asarray([0.0, 0.3, 0.9])
+    assert np.allclose(jax.vmap(f, in_axes=(0, None))(ps, 0.7), [exact(float(p), 0.7) for p in ps], atol=1e-5)
+    dp, dt = jax.grad(f, argnums=(0, 1))(0.3, 0.7)
+    assert abs(float(dp) - 2 * np.sin(0.35) ** 2) < 1e-5
+    assert abs(float(dt) + np.sin(0.7) * 0.7) < 1e-5
+    # A circuit holding channels runs on the density matrix by default.
+    c = qfx.Circuit([qfx.H(0), qfx.DepolarizingChannel(0.3, wires=0)])
+    assert float(qfx.expval(c, qfx.X(0))) == float(qfx.expval(c, qfx.X(0), backend=qfx.DensityMatrix()))
+
+
+def test_sample_and_shot_estimates_on_the_density_matrix():
+    c = qfx.Circuit([qfx.RY(1.1, wires=0), qfx.BitFlip(0.2, wires=0), qfx.CNOT(wires=(0, 1))])
+    p1 = np.sin(0.55) ** 2 * 0.8 + np.cos(0.55) ** 2 * 0.2
+    shots = 20000
+    s = qfx.sample(c, key=jax.random.key(0), shots=shots)
+    assert s.shape == (shots, 2) and np.all(s[:, 0] == s[:, 1])
+    sigma = np.sqrt(p1 * (1 - p1) / shots)
+    assert abs(float(np.mean(s[:, 0])) - p1) < 5 * sigma
+    est = qfx.expval(
+        c, qfx.Z(0) + 0.5 * qfx.Hermitian(np.diag([1.0, -1.0]), 1), shots=shots, key=jax.random.key(1)
+    )
+    assert abs(float(est) - 1.5 * (1 - 2 * p1)) < 5 * 1.5 * 2 * sigma
+
+
+def test_initial_states_on_the_density_matrix(x64):
+    rng = np.random.default_rng(5)
+    c = qfx.Circuit([qfx.RX(0.4, wires=1), qfx.PhaseDamping(0.3, wires=0), qfx.CZ(wires=(0, 1))])
+    a = rng.normal(size=(4, 4)) + 1j * rng.normal(size=(4, 4))
+    rho0 = a @ a.conj().T
+    rho0 /= np.trace(rho0)
+    got = qfx.density_matrix(c, initial_state=rho0)
+    assert np.allclose(got, mref.final_rho(c, rho0), atol=1e-10)
+    psi = rng.normal(size=4) + 1j * rng.normal(size=4)
+    psi /= np.linalg.norm(psi)
+    assert np.allclose(qfx.density_matrix(c, initial_state=psi), mref.final_rho(c, np.outer(psi, psi.conj())))
+
+
+@pytest.mark.parametrize(
+    "make, error, match",
+    [
+        (lambda: qfx.BitFlip(1.5, wires=0), ValueError, r"BitFlip: p must be in \[0.0, 1.0\], got 1.5"),
+        (lambda: qfx.DepolarizingChannel(-0.1, wires=0), ValueError, "DepolarizingChannel: p must be in"),
+        (lambda: qfx.AmplitudeDamping(0.3j, wires=0), TypeError, "AmplitudeDamping: gamma must be real"),
+        (lambda: qfx.PhaseDamping(jnp.ones(2), wires=0), ValueError, "PhaseDamping: gamma must be a scalar"),
+        (lambda: qfx.GeneralizedAmplitudeDamping(0.1, 2.0, wires=0), ValueError, "p must be in"),
+        (lambda: qfx.ResetError(0.6, 0.5, wires=0), ValueError, "ResetError: p0 \\+ p1 must be at most 1"),
+        (
+            lambda: qfx.PauliError("XA", 0.1, wires=(0, 1)),
+            ValueError,
+            "PauliError: operators must be a string",
+        ),
+        (lambda: qfx.PauliError("XY", 0.1, wires=0), ValueError, "has 2 letter"),
+        (lambda: qfx.ThermalRelaxationError(0.1, 1.0, 2.5, 0.1, wires=0), ValueError, "t2 must be at most 2"),
+        (lambda: qfx.ThermalRelaxationError(0.1, 0.0, 0.5, 0.1, wires=0), ValueError, "t1 must be > 0"),
+        (lambda: qfx.ThermalRelaxationError(0.1, 1.0, 0.5, -1.0, wires=0), ValueError, "tq must be in"),
+        (lambda: qfx.QubitChannel([np.eye(2), np.eye(2)], wires=0), ValueError, "not trace preserving"),
+        (lambda: qfx.QubitChannel(np.eye(2), wires=0), ValueError, r"shape \(m, 2, 2\)"),
+        (lambda: qfx.BitFlip(0.1, wires=(0, 1)), ValueError, "BitFlip acts on 1 wire"),
+        (lambda: qfx.Circuit([qfx.BitFlip(0.1, wires=0)]).inverse(), ValueError, "has no inverse"),
+    ],
+)
+def test_channel_errors(make, error, match):
+    with pytest.raises(error, match=match):
+        make()
+
+
+def test_traced_strengths_are_accepted():
+    # Out of range under jit: not checked (a traced value), accepted as the other traced leaves are.
+    f = jax.jit(lambda p: qfx.BitFlip(p, wires=0).p)
+    assert float(f(0.3)) == pytest.approx(0.3)
+
+
+def test_backend_errors():
+    noisy = qfx.Circuit([qfx.H(0), qfx.BitFlip(0.1, wires=0)])
+    both = "qfx.DensityMatrix\\(\\).*qfx.Trajectories\\(\\)"
+    with pytest.raises(ValueError, match="qfx.StateVector\\(\\) cannot simulate.*" + both):
+        qfx.expval(noisy, qfx.Z(0), backend=qfx.StateVector())
+    with pytest.raises(ValueError, match="qfx.TensorNetwork\\(\\) cannot simulate.*" + both):
+        qfx.expval(noisy, qfx.Z(0), backend=qfx.TensorNetwork())
+    with pytest.raises(ValueError, match="diff=Adjoint\\(\\) works on the state vector"):
+        jax.grad(lambda c: qfx.expval(c, qfx.Z(0), diff=qfx.diff.Adjoint()))(noisy)
+    with pytest.raises(
+        ValueError, match="qfx.state: backend=qfx.DensityMatrix\\(\\) simulates a mixed state"
+    ):
+        qfx.state(noisy)
+    with pytest.raises(ValueError, match="the density matrix of 20 wires .* needs"):
+        qfx.expval(qfx.Circuit([qfx.BitFlip(0.1, wires=19)]), qfx.Z(0))
+    with pytest.raises(ValueError, match="does not run control flow or mid-circuit measurements yet"):
+        m = qfx.measure(0)
+        qfx.probs(qfx.Circuit([qfx.H(0), m, qfx.cond(m, qfx.X(1))]), backend=qfx.DensityMatrix())
+    with pytest.raises(ValueError, match="initial_state: expected a state vector of shape \\(2,\\)"):
+        qfx.probs(noisy, initial_state=np.ones(3))
+    with pytest.raises(ValueError, match="initial_state: a density matrix must be Hermitian with trace 1"):
+        qfx.probs(noisy, initial_state=np.array([[1.0, 1.0], [0.0, 0.0]]))
+    with pytest.raises(
+        ValueError, match="BitFlip\\(wires=\\(0,\\)\\) has no shift rule for its parameter 'p'"
+    ):
+        jax.grad(lambda c: qfx.expval(c, qfx.Z(0), diff=qfx.diff.ParameterShift()))(noisy)
