@@ -49,7 +49,7 @@ def test_rules_insert_their_channels_where_they_say():
 
 
 def test_gradient_with_respect_to_shared_strengths_matches_central_differences(x64):
-    circuit, obs = _circuit(), qfx.Z(0) @ qfx.Z(1) + 0.5 * qfx.X(2)
+    circuit, obs = _circuit(), qfx.Z(0) @ qfx.Z(1) + 0.5 * qfx.Z(2) + 0.3 * qfx.X(1)
     model = _model()
     g = jax.grad(lambda m: qfx.expval(m(circuit), obs))(model)
     want = central_difference(lambda m: mref.expval(m(circuit), obs), model)
