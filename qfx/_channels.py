@@ -480,7 +480,7 @@ class QubitChannel(AbstractChannel):
 
     ```python
     p = 0.1
-    K = [jnp.sqrt(1 - p) * jnp.eye(2), jnp.sqrt(p) * jnp.array([[0, 1], [1, 0]])]
+    K = [np.sqrt(1 - p) * np.eye(2), np.sqrt(p) * np.array([[0.0, 1.0], [1.0, 0.0]])]
     qfx.probs(qfx.Circuit([qfx.QubitChannel(K, wires=0)]))  # [0.9, 0.1]: a bit flip
     ```
     """
