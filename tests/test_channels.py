@@ -169,7 +169,7 @@ def test_gradients_of_gates_and_strengths_match_central_differences(x64):
 def test_parameter_shift_and_finite_diff_agree_with_backprop_on_the_density_matrix():
     rng = np.random.default_rng(4)
     channels = {k: v for k, v in ALL_CHANNELS.items() if not k.startswith("QubitChannel")}
-    c = random_noisy_circuit(rng, 3, 9, channels)
+    c = random_noisy_circuit(rng, 3, 6, channels)
     gates = [i for i, op in enumerate(c.ops) if isinstance(op, qfx.AbstractGate)]
     spec = eqx.tree_at(
         lambda t: [t.ops[i] for i in gates],
