@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 import qfx
+from qfx import _control
+from qfx._densitymatrix import _control as _mixed
 
 from . import reference_mixed as mref
 from .helpers import ANGLE_GATES, central_difference, random_unitary, tree_allclose
@@ -327,9 +329,6 @@ def test_backend_errors():
         qfx.state(noisy)
     with pytest.raises(ValueError, match="the density matrix of 20 wires .* needs"):
         qfx.expval(qfx.Circuit([qfx.BitFlip(0.1, wires=19)]), qfx.Z(0))
-    with pytest.raises(ValueError, match="does not run control flow or mid-circuit measurements yet"):
-        m = qfx.measure(0)
-        qfx.probs(qfx.Circuit([qfx.H(0), m, qfx.cond(m, qfx.X(1))]), backend=qfx.DensityMatrix())
     with pytest.raises(ValueError, match="initial_state: expected a state vector of shape \\(2,\\)"):
         qfx.probs(noisy, initial_state=np.ones(3))
     with pytest.raises(ValueError, match="initial_state: a density matrix must be Hermitian with trace 1"):
@@ -338,3 +337,27 @@ def test_backend_errors():
         ValueError, match="BitFlip\\(wires=\\(0,\\)\\) has no shift rule for its parameter 'p'"
     ):
         jax.grad(lambda c: qfx.expval(c, qfx.Z(0), diff=qfx.diff.ParameterShift()))(noisy)
+
+
+def test_mid_circuit_measurements_and_control_flow_on_the_density_matrix():
+    m = qfx.measure(0)
+    noisy = qfx.Circuit([qfx.H(0), m, qfx.cond(m, qfx.X(1)), qfx.BitFlip(0.1, wires=1)])
+    assert np.allclose(qfx.probs(noisy), [0.45, 0.05, 0.05, 0.45], atol=1e-6)
+    # Without channels: the same as the state vector's exact mode, values and gradients.
+    m1 = qfx.measure(1, reset=True)
+    c = qfx.Circuit([qfx.RY(0.7, wires=1), qfx.RX(0.3, wires=0), m1, qfx.cond(m1, qfx.RY(0.5, wires=0))])
+
+    def f(c, **kw):
+        return qfx.expval(c, qfx.Z(0) + qfx.X(1), **kw)
+
+    dm, dm_grad = jax.value_and_grad(f)(c, backend=qfx.DensityMatrix())
+    sv, sv_grad = jax.value_and_grad(f)(c, mcm="exact")
+    assert abs(float(dm) - float(sv)) < 1e-6
+    assert tree_allclose(dm_grad, sv_grad, atol=1e-6)
+    # Outcomes that nothing reads are traced out: 8 measured wires keep one density matrix, not 256.
+    ops = [op for i in range(8) for op in (qfx.H(i), qfx.measure(i))] + [qfx.CNOT(wires=(0, 1))]
+    sim = _mixed.MixedSimulator(_control.Program(ops), 8)
+    assert sim.R == 0
+    assert np.allclose(
+        qfx.probs(qfx.Circuit(ops), wires=(0, 1), backend=qfx.DensityMatrix()), 0.25, atol=1e-6
+    )

@@ -7,11 +7,12 @@ import numpy as np
 from .._backend import AbstractBackend
 from .._checks import as_dtype, as_numeric, is_concrete
 from .._circuit import Circuit
-from .._control import has_control
+from .._control import Program, has_control, traverse
 from .._custom_types import complex_dtype, tolerance
 from .._measurements import AbstractMeasurement, Amplitude, State
 from .._memory import check_memory
 from .._statevector import initial_state_of, run, zero_state
+from ._control import MixedSimulator, final_rho
 from ._doubled import doubled
 from ._measure import measure_rho
 
@@ -28,6 +29,10 @@ class DensityMatrix(AbstractBackend):
     (the default's choice here), `qfx.diff.ParameterShift()` (gate parameters) and
     `qfx.diff.FiniteDiff()` apply, `qfx.diff.Adjoint()` does not (it un-applies gates, and a channel has
     no inverse).
+
+    Mid-circuit measurements (`qfx.measure`) and control flow run here too, exactly: an outcome that a
+    condition reads keeps a density matrix per record, one that nothing reads is traced out (the density
+    matrix is dephased on that wire), so measuring many wires without reading them costs nothing extra.
 
     Memory: two arrays of `4**n` entries (checked before allocating): 14 qubits take 4 GiB in complex64.
     For more qubits, `qfx.Trajectories()` keeps `2**n` per trajectory.
@@ -48,11 +53,6 @@ class DensityMatrix(AbstractBackend):
                 f"qfx.{fn}: backend=qfx.DensityMatrix() simulates a mixed state, which has no state vector "
                 "or amplitude. Use qfx.density_matrix(circuit) for the state, or qfx.probs."
             )
-        if has_control(circuit.ops):
-            raise ValueError(
-                f"qfx.{fn}: backend=qfx.DensityMatrix() does not run control flow or mid-circuit "
-                "measurements yet; use qfx.StateVector(mcm='exact') for a circuit without channels."
-            )
         n = circuit.num_wires
         check_memory(
             4**n,
@@ -67,6 +67,11 @@ class DensityMatrix(AbstractBackend):
     def evaluate(self, measurement, circuit, initial_state, args):
         n = circuit.num_wires
         x0 = zero_state(2 * n) if initial_state is None else initial_state
+        if has_control(circuit.ops):
+            program = Program(circuit.ops)
+            sim = MixedSimulator(program, n)
+            x = traverse(circuit.ops, sim.initial(x0), sim, program, program.alias, ())
+            return measure_rho(measurement, final_rho(x, sim, program), args)
         x = run(doubled(circuit.ops, n), x0, 2 * n)
         return measure_rho(measurement, x.reshape(2**n, 2**n), args)
 
