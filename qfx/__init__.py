@@ -94,4 +94,23 @@ from ._straight_through import straight_through_argmax as straight_through_argma
 from ._tensornet import TensorNetwork as TensorNetwork
 from .interop import from_qasm as from_qasm, to_qasm as to_qasm
 
+# Noise: channels and the backends that simulate them (kept together, after the rest).
+# isort: split
+from ._channels import (
+    AbstractChannel as AbstractChannel,
+    AmplitudeDamping as AmplitudeDamping,
+    BitFlip as BitFlip,
+    DepolarizingChannel as DepolarizingChannel,
+    GeneralizedAmplitudeDamping as GeneralizedAmplitudeDamping,
+    PauliError as PauliError,
+    PhaseDamping as PhaseDamping,
+    PhaseFlip as PhaseFlip,
+    QubitChannel as QubitChannel,
+    ResetError as ResetError,
+    ThermalRelaxationError as ThermalRelaxationError,
+)
+from ._densitymatrix import DensityMatrix as DensityMatrix
+from ._noise_model import AfterGates as AfterGates, NoiseModel as NoiseModel, Readout as Readout
+from ._trajectories import Trajectories as Trajectories
+
 __version__ = "0.1.0"

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._channels import AbstractChannel
 from ._checks import as_leaf, is_numeric_leaf, static_count
 from ._gates import AbstractGate, AbstractOperation, QubitUnitary, check_unitary
 
@@ -234,7 +235,7 @@ def check_parameter_shapes(ops, fn: str, layers: tuple[int, ...] = (), advice: s
             check_parameter_shapes(op.body.ops, fn, (*layers, op.length), advice)
         elif hasattr(op, "check_shapes"):  # control flow (qfx/_control/): its branches, bodies, indices
             op.check_shapes(fn, layers, advice)
-        elif isinstance(op, AbstractGate) and op.parameter_shapes is not None:
+        elif isinstance(op, (AbstractGate, AbstractChannel)) and op.parameter_shapes is not None:
             for p, want in zip(op.parameters, op.parameter_shapes, strict=True):
                 if not is_numeric_leaf(p):
                     raise TypeError(

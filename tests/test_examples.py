@@ -11,7 +11,7 @@ import pytest
 
 import qfx
 
-from . import reference
+from . import reference, reference_mixed
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -102,3 +102,41 @@ def test_from_qasm_trains_and_writes_back():
     written = out.split("trained circuit as OpenQASM 3:\n", 1)[1]
     H = qfx.Z(0) @ qfx.Z(1) + 0.5 * qfx.X(1) + 0.2 * qfx.Z(0)
     assert abs(float(qfx.expval(qfx.from_qasm(written), H)) - final) < 1e-5
+
+
+def test_noise_fit_recovers_the_strengths():
+    out = run_example("noise_fit.py")
+    for label, true in (("depolarizing p", 0.04), ("amplitude damping gamma", 0.10)):
+        match = re.search(rf"^{label}: fitted ([0-9.]+), true ([0-9.]+)$", out, re.MULTILINE)
+        fitted, printed_true = float(match.group(1)), float(match.group(2))
+        assert printed_true == true
+        assert abs(fitted - true) < 0.15 * true
+
+
+def test_zne_extrapolates_towards_the_noiseless_value():
+    out = run_example("zne.py")
+
+    def number(label):
+        return float(re.search(rf"^{label}: ([-+0-9.]+)$", out, re.MULTILINE).group(1))
+
+    circuit = qfx.Circuit(
+        [
+            qfx.RY(0.9, wires=0),
+            qfx.CNOT(wires=(0, 1)),
+            qfx.RX(0.4, wires=2),
+            qfx.CNOT(wires=(1, 2)),
+            qfx.RY(-0.3, wires=1),
+            qfx.H(2),
+        ]
+    )
+    obs = qfx.Z(0) @ qfx.Z(1) + qfx.X(2)
+    noiseless = reference.expval(circuit, obs)
+    model = qfx.NoiseModel(
+        [
+            qfx.AfterGates(qfx.DepolarizingChannel(0.02, wires=0)),
+            qfx.AfterGates(qfx.AmplitudeDamping(0.01, wires=0)),
+        ]
+    )
+    assert abs(number("noiseless \\(state vector\\)") - noiseless) < 1e-5
+    assert abs(number("noise x1") - reference_mixed.expval(model(circuit), obs)) < 1e-5
+    assert abs(number("extrapolated to zero noise") - noiseless) < 0.2 * abs(number("noise x1") - noiseless)

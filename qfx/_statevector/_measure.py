@@ -70,14 +70,14 @@ def _expvals(state: Array, lcs: tuple[LinearCombination, ...], n: int) -> Array:
 
 
 @jax.custom_jvp
-def _sampled(x, state):
+def sampled(x, state):
     # `state` is an argument only so that a tangent flowing from the circuit reaches the rule below:
     # the sampled values themselves have a zero tangent (indices), which would give silent zeros.
     del state
     return x
 
 
-@_sampled.defjvp
+@sampled.defjvp
 def _sampled_jvp(primals, tangents):
     raise ValueError(
         "A shot-based estimate (shots=...) cannot be differentiated through the simulation (backprop or "
@@ -103,7 +103,7 @@ def _word_estimates(state, words: tuple, key, shots: int, n: int) -> Array:
     drawn from the exact values, with no rotated state per word (the program does not grow with the
     number of words). The same distribution as sampling bit strings in the word's eigenbasis."""
     exact = jax.lax.stop_gradient(pauli_expvals(state, words, n))
-    plus = _binomial(key, shots, jnp.clip((1 + exact) / 2, 0, 1))
+    plus = binomial(key, shots, jnp.clip((1 + exact) / 2, 0, 1))
     return 2 * plus / shots - 1
 
 
@@ -113,7 +113,7 @@ def _word_estimates(state, words: tuple, key, shots: int, n: int) -> Array:
 _BINOMIAL_CHUNK = 1 << 24
 
 
-def _binomial(key, shots: int, p: Array) -> Array:
+def binomial(key, shots: int, p: Array) -> Array:
     """Binomial(shots, p) counts in the real dtype; in float32, past `_BINOMIAL_CHUNK` trials, as the exact
     int32 sum of draws of at most that many (a sum of binomials of one `p` is binomial)."""
     dtype = real_dtype()
@@ -140,7 +140,7 @@ def _estimates(state, lcs, key, shots: int, n: int) -> Array:
         parts += [_term_estimate(state, lc.terms[k], k_terms[k], shots, n)[None] for k in rest]
         vals = jnp.concatenate(parts)[np.argsort(at + rest)]  # in the order of the terms
         # Sampling is marked per term, so the estimate stays differentiable in the coefficients.
-        out.append(jnp.dot(lc.coeffs, _sampled(vals, state), precision=EXACT))
+        out.append(jnp.dot(lc.coeffs, sampled(vals, state), precision=EXACT))
     return jnp.stack(out)
 
 

@@ -28,6 +28,7 @@ import opt_einsum
 
 from .. import _memory
 from .._backend import AbstractBackend
+from .._channels import refuse_channels
 from .._circuit import Circuit
 from .._custom_types import EXACT, complex_dtype, real_dtype
 from .._measurements import AbstractMeasurement, Amplitude, Estimate, Expval, Probs
@@ -128,6 +129,7 @@ class TensorNetwork(AbstractBackend):
 
     def prepare(self, measurement: AbstractMeasurement, circuit: Circuit, initial_state) -> None:
         fn = measurement.name
+        refuse_channels(circuit, "qfx.TensorNetwork()", fn)
         if isinstance(measurement, Estimate):
             raise ValueError(
                 f"qfx.{fn}: shots={measurement.shots} is not available with backend=qfx.TensorNetwork(), "
