@@ -16,6 +16,7 @@ from typing import Any
 
 import jax
 
+from ._channels import AbstractChannel
 from ._checks import host_number, static_int
 from ._circuit import Circuit, Repeat, _check_is_circuit, relabel_ops
 from ._gates import AbstractGate, Adjoint
@@ -29,6 +30,13 @@ _SHORT = {
     "Identity": "I",
     "PhaseShift": "Rϕ",
     "QubitUnitary": "U",
+    # channels
+    "DepolarizingChannel": "Depol",
+    "AmplitudeDamping": "AmpDamp",
+    "GeneralizedAmplitudeDamping": "GenAmpDamp",
+    "PhaseDamping": "PhaseDamp",
+    "ThermalRelaxationError": "ThermalRelax",
+    "QubitChannel": "Kraus",
 }
 # Two-qubit gates drawn as a control (the first wire) and the named gate on the target.
 _CONTROLLED = {
@@ -88,7 +96,7 @@ class _Drawer:
 
     def label(self, op: AbstractGate, name: str | None = None) -> str:
         name = name or _SHORT.get(op.name, op.name)
-        if self.decimals is None or op.name == "QubitUnitary" or not op.parameters:
+        if self.decimals is None or op.name in ("QubitUnitary", "QubitChannel") or not op.parameters:
             return name
         if len(op.parameters) > 3:
             return name
@@ -98,6 +106,10 @@ class _Drawer:
     def texts(self, op: AbstractGate) -> dict[int, str]:
         """What a gate shows on each of its wires."""
         wires = op.wires
+        if isinstance(op, AbstractChannel):  # noise: its name and strengths, wires numbered when several
+            if len(wires) == 1:
+                return {wires[0]: self.label(op)}
+            return {w: f"{self.label(op)}:{k}" for k, w in enumerate(wires)}
         control = op.control()
         if control is not None:
             controls, values, target = control

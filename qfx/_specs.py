@@ -10,6 +10,7 @@ import equinox as eqx
 import jax
 import numpy as np
 
+from ._channels import AbstractChannel, has_channels
 from ._circuit import Circuit, Repeat, _check_is_circuit
 from ._control import Cond, ForLoop, MidMeasure, Program, WhileLoop, has_control
 from ._custom_types import complex_dtype
@@ -80,6 +81,7 @@ class _Counter:
 
     def __init__(self):
         self.gates: Counter = Counter()
+        self.channels: Counter = Counter()  # noise channels, counted apart from the gates
         self.by_size: Counter = Counter()  # gates by their number of wires
         self.measurements = 0
         self.notes: list[str] = []
@@ -109,6 +111,9 @@ class _Counter:
                         f"A conditional on wires {op.wires}: the gates of all its {len(op.branches)} "
                         "branches are counted, but one runs; the depth is its deepest branch's."
                     )
+            elif isinstance(op, AbstractChannel):
+                self.channels[op.name] += times
+                t = _after_gate(t, op.wires)
             elif isinstance(op, MidMeasure):
                 self.measurements += times
                 t = _after_gate(t, op.wires)
@@ -174,6 +179,7 @@ class Specs:
     - `num_trainable_parameters`: the elements of the circuit's floating-point array leaves (what
       `jax.grad` differentiates), without the leaves that hold a traced branch index or trip count.
     - `memory`: bytes by backend (see `qfx.specs`); None where a backend cannot run the circuit.
+    - `num_channels`, `channel_counts`: noise channels (not counted as gates), by kind.
     - `notes`: what the counts leave out or count in a particular way (while loops, conditionals).
     """
 
@@ -183,6 +189,8 @@ class Specs:
     num_two_qubit_gates: int
     num_multi_qubit_gates: int
     num_measurements: int
+    num_channels: int
+    channel_counts: Mapping[str, int]
     depth: int
     num_trainable_parameters: int
     memory: Mapping[str, int | None]
@@ -196,6 +204,11 @@ class Specs:
             f"two-qubit gates: {self.num_two_qubit_gates}",
             f"gates on three or more wires: {self.num_multi_qubit_gates}",
             f"mid-circuit measurements: {self.num_measurements}",
+        ]
+        if self.num_channels:
+            noise = ", ".join(f"{k} {v}" for k, v in sorted(self.channel_counts.items()))
+            lines.append(f"noise channels: {self.num_channels} ({noise})")
+        lines += [
             f"depth: {self.depth}",
             f"trainable parameters: {self.num_trainable_parameters}",
         ]
@@ -223,6 +236,10 @@ def specs(circuit: Circuit, observable=None) -> Specs:
       other); this is what qfx checks before allocating. With mid-circuit measurements, that is
       `mcm="sampled"`; `"StateVector(mcm='exact')"` is then the classical-quantum state, a density matrix per
       record of outcomes: `2**records * 4**num_wires` entries.
+    - A circuit holding noise channels: `"DensityMatrix"`, the two `4**num_wires`-entry mixed states its
+      simulation keeps, and `"Trajectories"`, one trajectory's two state vectors (times the number of
+      trajectories run at once under `vmap`); `"StateVector"` and `"TensorNetwork"` are None (they refuse
+      channels).
     - `"TensorNetwork"`, when `observable` is given: the largest intermediate tensor of the networks that
       `qfx.expval(circuit, observable, backend=qfx.TensorNetwork())` contracts, found by its path
       optimizer (opt_einsum, as that backend does: from milliseconds for a shallow light cone to seconds
@@ -258,13 +275,17 @@ def specs(circuit: Circuit, observable=None) -> Specs:
     n, itemsize = circuit.num_wires, complex_dtype().itemsize
     memory: dict[str, int | None] = {"state vector": 2**n * itemsize, "StateVector": 2 * 2**n * itemsize}
     control = has_control(circuit.ops)
+    noisy = has_channels(circuit.ops)
+    if noisy:
+        memory = {"state vector": None, "StateVector": None, "DensityMatrix": 2 * 4**n * itemsize}
+        memory["Trajectories"] = 2 * 2**n * itemsize
     if control:
         records = len(Program(circuit.ops).slots)
-        if records:
+        if records and not noisy:
             memory["StateVector(mcm='exact')"] = 2 ** (records + 2 * n) * itemsize
     if observable is not None:
         lcs = _observables(circuit, observable, "specs")[0]
-        if control:
+        if control or noisy:
             memory["TensorNetwork"] = None
         else:
             memory["TensorNetwork"] = TensorNetwork().largest_intermediate(circuit, lcs) * itemsize
@@ -275,6 +296,8 @@ def specs(circuit: Circuit, observable=None) -> Specs:
         num_two_qubit_gates=counter.by_size[2],
         num_multi_qubit_gates=sum(v for k, v in counter.by_size.items() if k > 2),
         num_measurements=counter.measurements,
+        num_channels=sum(counter.channels.values()),
+        channel_counts=types.MappingProxyType(dict(counter.channels)),
         depth=depth,
         num_trainable_parameters=int(num_params),
         memory=types.MappingProxyType(memory),

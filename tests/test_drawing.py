@@ -212,3 +212,20 @@ def test_import_qfx_does_not_import_matplotlib():
     code = "import sys, qfx; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_noise_channels_show_short_names_and_strengths():
+    # Depol(0.10) and AmpDamp(0.20): a column per item, since each follows the one before on its wire.
+    circ = qfx.Circuit(
+        [
+            qfx.H(0),
+            qfx.DepolarizingChannel(0.1, wires=0),
+            qfx.CNOT(wires=(0, 1)),
+            qfx.AmplitudeDamping(0.2, wires=1),
+            qfx.PauliError("XZ", 0.3, wires=(0, 1)),
+        ]
+    )
+    assert qfx.draw(circ).split("\n") == [
+        "0: ─H──Depol(0.10)──●─────────────────PauliError(0.30):0──",
+        "1: ─────────────────X──AmpDamp(0.20)──PauliError(0.30):1──",
+    ]

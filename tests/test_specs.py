@@ -112,3 +112,17 @@ def test_specs_is_frozen_and_refuses_what_is_not_a_circuit():
         s.depth = 3
     with pytest.raises(TypeError, match="qfx.specs: expected a qfx.Circuit"):
         qfx.specs([qfx.H(0)])
+
+
+def test_noise_channels_are_counted_apart_and_need_the_noisy_backends():
+    circ = qfx.Circuit(
+        [qfx.H(0), qfx.DepolarizingChannel(0.1, wires=0), qfx.CNOT(wires=(0, 1)), qfx.BitFlip(0.2, wires=1)]
+    )
+    s = qfx.specs(circ, qfx.Z(0))
+    assert (s.num_gates, s.num_channels) == (2, 2)
+    assert dict(s.channel_counts) == {"DepolarizingChannel": 1, "BitFlip": 1}
+    assert s.depth == 4 and s.num_trainable_parameters == 2
+    item = np.dtype(np.complex64).itemsize
+    assert s.memory["DensityMatrix"] == 2 * 4**2 * item and s.memory["Trajectories"] == 2 * 2**2 * item
+    assert s.memory["StateVector"] is None and s.memory["TensorNetwork"] is None
+    assert "noise channels: 2 (BitFlip 1, DepolarizingChannel 1)" in str(s)
