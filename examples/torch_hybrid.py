@@ -1,16 +1,17 @@
 """A hybrid classical-quantum classifier trained with torch.optim, through `qfx.torch.TorchLayer`.
 
-    pip install "qfx[torch,examples]"
+    pip install -e ".[torch,examples]"   # in the root of a qfx checkout (qfx is not on a package index)
     python examples/torch_hybrid.py [--epochs 30] [--out torch_hybrid.png]
 
 The model is `Linear(2, 2) -> 2-qubit circuit -> Linear(3, 2)` on the "two moons" data set (made here
 with NumPy). The circuit uploads its two inputs as RY angles before each of its layers (data
 re-uploading) and returns <Z0>, <Z1> and <Z0 Z1>. Each mini-batch of inputs runs through the circuit as
 one vmapped JAX call, forward and backward. The script prints the test accuracy and saves the loss curve
-and the decision boundary as a PNG.
+and the decision boundary as a PNG, and a drawing of the circuit next to it (`*_circuit.png`).
 """
 
 import argparse
+from pathlib import Path
 import time
 
 from matplotlib.figure import Figure
@@ -24,14 +25,19 @@ import qfx.torch
 LAYERS = 3
 
 
-def circuit(inputs, theta, diff=qfx.diff.Backprop()):  # noqa: B008 - an immutable module, like a number
-    """One sample: inputs (2,), theta (LAYERS, 2, 2) -> <Z0>, <Z1>, <Z0 Z1>."""
+def build(inputs, theta) -> qfx.Circuit:
+    """The circuit of one sample: inputs (2,), theta (LAYERS, 2, 2)."""
     ops = []
     for layer in theta:
         ops += [qfx.RY(inputs[0], wires=0), qfx.RY(inputs[1], wires=1)]
         ops += [qfx.RX(layer[0, 0], wires=0), qfx.RX(layer[0, 1], wires=1), qfx.CNOT((0, 1))]
         ops += [qfx.RY(layer[1, 0], wires=0), qfx.RY(layer[1, 1], wires=1)]
-    return qfx.expval(qfx.Circuit(ops), [qfx.Z(0), qfx.Z(1), qfx.Z(0) @ qfx.Z(1)], diff=diff)
+    return qfx.Circuit(ops)
+
+
+def circuit(inputs, theta, diff=qfx.diff.Backprop()):  # noqa: B008 - an immutable module, like a number
+    """One sample: inputs (2,), theta (LAYERS, 2, 2) -> <Z0>, <Z1>, <Z0 Z1>."""
+    return qfx.expval(build(inputs, theta), [qfx.Z(0), qfx.Z(1), qfx.Z(0) @ qfx.Z(1)], diff=diff)
 
 
 def two_moons(n: int, noise: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -116,6 +122,10 @@ def main():
     fig.colorbar(contour, ax=ax_map, label="P(class 1)")
     fig.savefig(args.out, dpi=120)
     print(f"saved {args.out}")
+    # The circuit's structure (its angles are data and weights: not shown), next to the plot.
+    drawing = Path(args.out).with_name(Path(args.out).stem + "_circuit.png")
+    qfx.draw_mpl(build(np.zeros(2), np.zeros((LAYERS, 2, 2))), decimals=None).savefig(drawing, dpi=100)
+    print(f"saved {drawing}")
 
 
 if __name__ == "__main__":

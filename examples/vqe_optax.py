@@ -6,10 +6,15 @@ energy is minimised with Adam from a fixed start, and compared with the exact gr
 diagonalising the same Hamiltonian as a dense NumPy matrix. The script exits with status 1 if it does not
 reach chemical accuracy (1.6e-3 Ha).
 
-Run with `python examples/vqe_optax.py`; it takes a few seconds on a CPU.
+Run with `python examples/vqe_optax.py`; it takes a few seconds on a CPU. It saves a drawing of the trained
+circuit as `vqe_optax_circuit.png` in the directory named by `QFX_EXAMPLES_OUT` (by default the system's
+temporary directory).
 """
 
+import os
+from pathlib import Path
 import sys
+import tempfile
 import time
 
 import jax
@@ -146,6 +151,10 @@ def main() -> int:
     print(f"exact energy: {exact:.6f} Ha")
     print(f"final error: {error:.3e} Ha")
     print(f"fidelity with the exact ground state: {fidelity:.6f}")
+    # A drawing of the trained circuit, where QFX_EXAMPLES_OUT says (by default a temporary directory).
+    drawing = Path(os.environ.get("QFX_EXAMPLES_OUT") or tempfile.gettempdir()) / "vqe_optax_circuit.png"
+    qfx.draw_mpl(ansatz(theta)).savefig(drawing, dpi=100)
+    print(f"circuit drawing: {drawing}")
     print(f"time: {time.perf_counter() - start:.1f} s")
     if error >= CHEMICAL_ACCURACY:
         print(f"FAILED: the error {error:.2e} Ha is not below chemical accuracy ({CHEMICAL_ACCURACY} Ha).")

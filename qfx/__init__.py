@@ -1,11 +1,11 @@
 """qfx: quantum circuits as Equinox pytrees, simulated and differentiated in pure JAX."""
 
-from . import diff as diff, templates as templates
+from . import diff as diff, interop as interop, templates as templates
 from ._backend import (
     AbstractBackend as AbstractBackend,
     AbstractStateVectorBackend as AbstractStateVectorBackend,
 )
-from ._circuit import Circuit as Circuit, Repeat as Repeat, draw as draw, repeat as repeat
+from ._circuit import Circuit as Circuit, Repeat as Repeat, repeat as repeat
 from ._control import (
     Cond as Cond,
     ForLoop as ForLoop,
@@ -20,6 +20,7 @@ from ._control import (
     while_loop as while_loop,
 )
 from ._counts import counts as counts
+from ._drawing import draw as draw, draw_mpl as draw_mpl
 from ._gates import (
     CNOT as CNOT,
     CRX as CRX,
@@ -89,6 +90,7 @@ from ._observables import (
     matrix as matrix,
     pauli as pauli,
 )
+from ._specs import Specs as Specs, specs as specs
 from ._statevector import (
     StateVector as StateVector,
     apply as apply,
@@ -98,5 +100,25 @@ from ._statevector import (
 )
 from ._straight_through import straight_through_argmax as straight_through_argmax
 from ._tensornet import TensorNetwork as TensorNetwork
+from .interop import from_qasm as from_qasm, to_qasm as to_qasm
+
+# Noise: channels and the backends that simulate them (kept together, after the rest).
+# isort: split
+from ._channels import (
+    AbstractChannel as AbstractChannel,
+    AmplitudeDamping as AmplitudeDamping,
+    BitFlip as BitFlip,
+    DepolarizingChannel as DepolarizingChannel,
+    GeneralizedAmplitudeDamping as GeneralizedAmplitudeDamping,
+    PauliError as PauliError,
+    PhaseDamping as PhaseDamping,
+    PhaseFlip as PhaseFlip,
+    QubitChannel as QubitChannel,
+    ResetError as ResetError,
+    ThermalRelaxationError as ThermalRelaxationError,
+)
+from ._densitymatrix import DensityMatrix as DensityMatrix
+from ._noise_model import AfterGates as AfterGates, NoiseModel as NoiseModel, Readout as Readout
+from ._trajectories import Trajectories as Trajectories
 
 __version__ = "0.1.0"

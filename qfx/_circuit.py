@@ -7,8 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._checks import as_leaf, host_number, is_numeric_leaf, static_count
-from ._gates import AbstractGate, AbstractOperation, Adjoint, QubitUnitary, check_unitary
+from ._channels import AbstractChannel
+from ._checks import as_leaf, is_numeric_leaf, static_count
+from ._gates import AbstractGate, AbstractOperation, QubitUnitary, check_unitary
 
 
 def _validate_ops(ops, where: str) -> tuple[AbstractOperation, ...]:
@@ -70,7 +71,13 @@ class Circuit(eqx.Module):
         ops = relabel_ops(_validate_ops(ops, "Circuit"), {})
         used = max((w for op in ops for w in op.wires), default=-1) + 1
         if num_wires is None:
-            num_wires = max(used, 1)
+            if not used:  # not 1 by default: "the circuit has 1 wire" would surprise later
+                why = "it has no operations" if not ops else "its operations act on no wire"
+                raise ValueError(
+                    f"Circuit: cannot infer the number of wires ({why}); pass num_wires, e.g. "
+                    "qfx.Circuit([], num_wires=2)."
+                )
+            num_wires = used
         count = static_count(num_wires, 1)
         if count is None:
             raise ValueError(f"Circuit: num_wires must be a positive int, got {num_wires!r}.")
@@ -79,8 +86,8 @@ class Circuit(eqx.Module):
             bad = [w for w in op.wires if w >= num_wires]
             if bad:
                 raise ValueError(
-                    f"{op!r} acts on wire {bad[0]}, but the circuit has {num_wires} wires "
-                    f"(0..{num_wires - 1}); pass num_wires={max(op.wires) + 1} or fix the wire."
+                    f"{op!r} acts on wire {bad[0]}, but the circuit has {wire_range(num_wires)}; "
+                    f"pass num_wires={max(op.wires) + 1} or fix the wire."
                 )
         self.ops = ops
         self.num_wires = int(num_wires)
@@ -105,6 +112,20 @@ class Circuit(eqx.Module):
 
     def __repr__(self):
         return f"Circuit(num_wires={self.num_wires}, ops=[{', '.join(map(repr, self.ops))}])"
+
+
+def wire_range(num_wires: int) -> str:
+    """`"3 wires (0..2)"`, `"1 wire (0)"`: how error messages name a circuit's wires."""
+    return "1 wire (0)" if num_wires == 1 else f"{num_wires} wires (0..{num_wires - 1})"
+
+
+def sub_circuit(ops: Iterable[AbstractOperation]) -> Circuit:
+    """The `Circuit` of a branch, a loop body or a layer: its `num_wires` is never read (the enclosing
+    circuit's counts), so an empty one is allowed (with 1 wire) where `Circuit([])` asks for `num_wires`."""
+    ops = tuple(ops)
+    if any(isinstance(op, AbstractOperation) and op.wires for op in ops):
+        return Circuit(ops)
+    return Circuit(ops, num_wires=1)
 
 
 class Repeat(AbstractOperation):
@@ -214,7 +235,7 @@ def check_parameter_shapes(ops, fn: str, layers: tuple[int, ...] = (), advice: s
             check_parameter_shapes(op.body.ops, fn, (*layers, op.length), advice)
         elif hasattr(op, "check_shapes"):  # control flow (qfx/_control/): its branches, bodies, indices
             op.check_shapes(fn, layers, advice)
-        elif isinstance(op, AbstractGate) and op.parameter_shapes is not None:
+        elif isinstance(op, (AbstractGate, AbstractChannel)) and op.parameter_shapes is not None:
             for p, want in zip(op.parameters, op.parameter_shapes, strict=True):
                 if not is_numeric_leaf(p):
                     raise TypeError(
@@ -262,8 +283,9 @@ def check_circuit(circuit, fn: str) -> Circuit:
     used = max((w for op in circuit.ops for w in op.wires), default=-1)
     if used >= circuit.num_wires:  # `Circuit` checks this, but `eqx.tree_at` edits skip its __init__
         raise ValueError(
-            f"qfx.{fn}: an operation acts on wire {used}, but the circuit has {circuit.num_wires} wires; "
-            "build a new qfx.Circuit (with num_wires=...) after replacing operations."
+            f"qfx.{fn}: an operation acts on wire {used}, but the circuit has "
+            f"{wire_range(circuit.num_wires)}; build a new qfx.Circuit (with num_wires=...) after replacing "
+            "operations."
         )
     leaves, treedef = jax.tree.flatten(circuit)
     arrays = all(isinstance(x, jax.Array) for x in leaves)  # tracers are jax.Arrays too
@@ -326,115 +348,7 @@ def repeat(
                 "qfx.repeat: layer_fn must return a Circuit or a list of operations, got "
                 f"{type(out).__name__}."
             )
-        return Circuit(out, num_wires)
+        return Circuit(out, num_wires) if num_wires is not None else sub_circuit(out)
 
     # The length from the arguments: a layer may use none of them (a fixed entangler repeated).
     return Repeat(eqx.filter_vmap(one)(*stacked), length=arrays[0].shape[0])
-
-
-# Two-qubit gates drawn as a control (the first wire) and the named gate on the target.
-_CONTROLLED_ROTATIONS = {
-    "CRX": "RX",
-    "CRY": "RY",
-    "CRZ": "RZ",
-    "CRot": "Rot",
-    "ControlledPhaseShift": "PhaseShift",
-    "CY": "Y",
-}
-# Gates unchanged by a permutation of their wires: drawn with the same label on each.
-_SYMMETRIC = ("ISWAP", "IsingXX", "IsingYY", "IsingZZ", "IsingXY", "MultiRZ")
-
-
-def _dagger(text: str) -> str:
-    """A drawn label of the inverse gate: `RZ(0.30)` -> `RZ†(0.30)`, `QubitUnitary:0` -> `QubitUnitary†:0`
-    (and `RZ†` back to `RZ`)."""
-    cut = min((i for i in (text.find("("), text.find(":")) if i >= 0), default=len(text))
-    name = text[:cut]
-    return (name[:-1] if name.endswith("†") else name + "†") + text[cut:]
-
-
-def draw(circuit: Circuit, *, decimals: int = 2) -> str:
-    """A text drawing of the circuit, one line per wire. Repeat blocks and loops are drawn once, counted."""
-    _check_is_circuit(circuit, "draw")
-    n = circuit.num_wires
-    rows = [[f"{w}: "] for w in range(n)]
-    numbering: dict = {}  # the circuit's measurements, token -> id (see `_control/_operations.py: draw_op`)
-    # Numbered afresh: an `eqx.tree_at` edit that puts in new measurements skips `Circuit`'s numbering.
-    ops = relabel_ops(circuit.ops, numbering)
-
-    def label(op: AbstractGate, name: str | None = None) -> str:
-        params = [
-            "·" if (value := host_number(p)) is None else f"{value:.{decimals}f}" for p in op.parameters
-        ]
-        return (name or op.name) + (f"({','.join(params)})" if params and len(params) <= 3 else "")
-
-    def pad():
-        width = max(len("".join(r)) for r in rows)
-        for r in rows:
-            r.append("─" * (width - len("".join(r))))
-
-    def texts(op) -> dict[int, str]:
-        """What `op` draws on each of its wires."""
-        wires = op.wires
-        control = op.control() if isinstance(op, AbstractGate) else None
-        if control is not None:
-            controls, values, target = control
-            return {w: ("●" if v else "○") for w, v in zip(controls, values, strict=True)} | texts(target)
-        if isinstance(op, Adjoint):  # the base gate's drawing, each label daggered (self-inverse: as is)
-            inner = texts(op.base)
-            if getattr(op.base, "self_inverse", False):
-                return inner
-            return {w: t if t in ("●", "○", "×") else _dagger(t) for w, t in inner.items()}
-        if op.name in ("CNOT", "Toffoli"):
-            return {w: "●" for w in wires[:-1]} | {wires[-1]: "X"}
-        if op.name in ("CZ",):
-            return {w: "●" for w in wires}
-        if op.name in ("SWAP",):
-            return {w: "×" for w in wires}
-        if op.name == "CSWAP":
-            return {wires[0]: "●"} | {w: "×" for w in wires[1:]}
-        if op.name in _CONTROLLED_ROTATIONS:  # the control, then the rotation on the target
-            return {wires[0]: "●", wires[1]: label(op, _CONTROLLED_ROTATIONS[op.name])}
-        if op.name == "PauliRot":  # one gate, each wire's letter (`RX`/`RY` would read as two gates)
-            return {w: f"{label(op)}:{letter}" for w, letter in zip(wires, op.pauli_word, strict=True)}
-        if len(wires) > 1 and op.name not in _SYMMETRIC:  # the order of the wires matters: number them
-            return {w: f"{label(op)}:{k}" for k, w in enumerate(wires)}
-        return {w: label(op) for w in wires}
-
-    def add(op):
-        if isinstance(op, Repeat):
-            if not op.wires:  # an empty body: nothing happens, nothing to draw
-                return
-            pad()
-            lo, hi = min(op.wires), max(op.wires)
-            for w in range(lo, hi + 1):
-                rows[w].append("[")
-            if op.length:  # one layer, traced: parameters show as "·", and a for_loop sees one layer's
-
-                def trace(body):
-                    for inner in jax.tree.map(lambda x: x[0], body).ops:
-                        add(inner)
-
-                jax.eval_shape(trace, op.body)
-            else:
-                for inner in op.body.ops:
-                    add(inner)
-            pad()
-            for w in range(lo, hi + 1):
-                rows[w].append(f"]×{op.length}" if w == lo else "]" + " " * len(f"×{op.length}"))
-            return
-        if hasattr(op, "draw_into"):  # control flow and measurements (qfx/_control/) draw themselves
-            op.draw_into(rows, add, pad, numbering)
-            return
-        pad()
-        wires = op.wires
-        text = texts(op)
-        lo, hi = min(wires), max(wires)
-        width = max(len(t) for t in text.values())
-        for w in range(lo, hi + 1):
-            rows[w].append("─" + text.get(w, "│").center(width, "─") + "─")
-
-    for op in ops:
-        add(op)
-    pad()
-    return "\n".join("".join(r) + "─" for r in rows)

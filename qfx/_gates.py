@@ -12,7 +12,7 @@ Besides `matrix()`, a gate may expose structure that the kernels use for fast pa
 
 import abc
 import math
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -38,6 +38,41 @@ FOUR_TERM: ShiftRule = (
     (-_CM, 3 * math.pi / 2),
     (_CM, -3 * math.pi / 2),
 )
+
+
+class _Required:
+    """The default of a gate's required arguments: leaving one out raises an error that names the gate
+    and its signature (Python's own names the private base class whose `__init__` it is)."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return "<required>"
+
+
+_REQUIRED: Any = _Required()
+
+
+def _require(gate: "AbstractGate", **arguments) -> None:
+    """Raises a `TypeError` naming the gate when one of `arguments` (all of its `__init__`'s, in order) was
+    left out."""
+    missing = [k for k, v in arguments.items() if v is _REQUIRED]
+    if not missing:
+        return
+    name = type(gate).__name__
+    wires = getattr(gate, "num_wires", None)
+    what = {
+        "wires": "the wires it acts on: "
+        + ("an int" if wires == 1 else f"{wires} ints" if wires else "a sequence of ints"),
+        "controls": "the control wires",
+        "base": "the gate it wraps",
+        "U": "the unitary matrix",
+        "pauli_word": "a string over 'IXYZ', one letter per wire",
+    }.get(missing[0], "an angle in radians")
+    raise TypeError(
+        f"qfx.{name}: missing the argument {missing[0]!r} ({what}); call it as "
+        f"qfx.{name}({', '.join(arguments)})."
+    )
 
 
 def _angle(name: str, field: str, value) -> Array:
@@ -154,7 +189,8 @@ class _AbstractFixed(AbstractGate):
 
     _wires: tuple[int, ...] = eqx.field(static=True)
 
-    def __init__(self, wires):
+    def __init__(self, wires=_REQUIRED):
+        _require(self, wires=wires)
         self._wires = check_wires(type(self).__name__, wires, self.num_wires)
 
     @property
@@ -193,7 +229,8 @@ class _AbstractOneParameter(_AbstractAngles):
     parameter_shapes: ClassVar[tuple[tuple[int, ...], ...]] = ((),)
     shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = (TWO_TERM,)
 
-    def __init__(self, theta: ArrayLike, wires):
+    def __init__(self, theta: ArrayLike = _REQUIRED, wires=_REQUIRED):
+        _require(self, theta=theta, wires=wires)
         self._init_angles(wires, theta)
 
 
@@ -366,7 +403,8 @@ class _AbstractRot(_AbstractAngles):
     param_names: ClassVar[tuple[str, ...]] = ("phi", "theta", "omega")
     parameter_shapes: ClassVar[tuple[tuple[int, ...], ...]] = ((),) * 3
 
-    def __init__(self, phi, theta, omega, wires):
+    def __init__(self, phi=_REQUIRED, theta=_REQUIRED, omega=_REQUIRED, wires=_REQUIRED):
+        _require(self, phi=phi, theta=theta, omega=omega, wires=wires)
         self._init_angles(wires, phi, theta, omega)
 
 
@@ -399,7 +437,8 @@ class U2(_AbstractAngles):
     parameter_shapes: ClassVar[tuple[tuple[int, ...], ...]] = ((),) * 2
     shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = (TWO_TERM,) * 2
 
-    def __init__(self, phi, delta, wires):
+    def __init__(self, phi=_REQUIRED, delta=_REQUIRED, wires=_REQUIRED):
+        _require(self, phi=phi, delta=delta, wires=wires)
         self._init_angles(wires, phi, delta)
 
     def matrix(self):
@@ -419,7 +458,8 @@ class U3(_AbstractAngles):
     parameter_shapes: ClassVar[tuple[tuple[int, ...], ...]] = ((),) * 3
     shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = (TWO_TERM,) * 3
 
-    def __init__(self, theta, phi, delta, wires):
+    def __init__(self, theta=_REQUIRED, phi=_REQUIRED, delta=_REQUIRED, wires=_REQUIRED):
+        _require(self, theta=theta, phi=phi, delta=delta, wires=wires)
         self._init_angles(wires, theta, phi, delta)
 
     def matrix(self):
@@ -728,7 +768,8 @@ class PauliRot(_AbstractAngles):
     parameter_shapes: ClassVar[tuple[tuple[int, ...], ...]] = ((),)
     shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = (TWO_TERM,)
 
-    def __init__(self, theta, pauli_word: str, wires):
+    def __init__(self, theta=_REQUIRED, pauli_word: str = _REQUIRED, wires=_REQUIRED):
+        _require(self, theta=theta, pauli_word=pauli_word, wires=wires)
         self._wires = check_wires("PauliRot", wires, None)
         if not isinstance(pauli_word, str) or set(pauli_word) - set("IXYZ"):
             raise ValueError(f"PauliRot: pauli_word must be a string over 'IXYZ', got {pauli_word!r}.")
@@ -778,7 +819,8 @@ class QubitUnitary(AbstractGate):
     param_names: ClassVar[tuple[str, ...]] = ("U",)
     shift_rules: ClassVar[tuple[ShiftRule, ...] | None] = None
 
-    def __init__(self, U: ArrayLike, wires):
+    def __init__(self, U: ArrayLike = _REQUIRED, wires=_REQUIRED):
+        _require(self, U=U, wires=wires)
         self._wires = check_wires("QubitUnitary", wires, None)
         U = as_numeric(U, f"QubitUnitary(wires={self._wires}): the matrix U", inexact=True)
         dim = 2 ** len(self._wires)
@@ -915,7 +957,8 @@ class MultiControlledX(AbstractGate):
     num_wires: ClassVar[None] = None
     self_inverse: ClassVar[bool] = True
 
-    def __init__(self, wires, control_values=None):
+    def __init__(self, wires=_REQUIRED, control_values=None):
+        _require(self, wires=wires)
         self._wires = check_wires("MultiControlledX", wires, None)
         if len(self._wires) < 2:
             raise ValueError(f"MultiControlledX(wires={self._wires}): needs a control and a target.")
@@ -981,7 +1024,8 @@ class _AbstractWrapper(AbstractGate):
 class Adjoint(_AbstractWrapper):
     """The inverse of a gate. `Adjoint(S(0))` is S-dagger. Keeps the base gate's parameter leaves."""
 
-    def __init__(self, base: AbstractGate):
+    def __init__(self, base: AbstractGate = _REQUIRED):
+        _require(self, base=base)
         self.base = self._check_base(base)
 
     @property
@@ -1037,7 +1081,8 @@ class Controlled(_AbstractWrapper):
     controls: tuple[int, ...] = eqx.field(static=True)
     control_values: tuple[int, ...] = eqx.field(static=True)
 
-    def __init__(self, base: AbstractGate, controls, control_values=None):
+    def __init__(self, base: AbstractGate = _REQUIRED, controls=_REQUIRED, control_values=None):
+        _require(self, base=base, controls=controls)
         self._check_base(base)
         controls = check_wires("Controlled", controls, None)
         overlap = set(controls) & set(base.wires)

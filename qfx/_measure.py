@@ -17,8 +17,10 @@ from jaxtyping import Array, ArrayLike, PRNGKeyArray
 import numpy as np
 
 from ._backend import AbstractBackend
+from ._channels import has_channels
 from ._checks import as_dtype, as_numeric, check_key, is_concrete, static_count, static_wires
-from ._circuit import Circuit, check_circuit
+from ._circuit import Circuit, check_circuit, wire_range
+from ._densitymatrix import DensityMatrix as DensityMatrixBackend
 from ._measurements import (
     AbstractMeasurement,
     Amplitude,
@@ -48,12 +50,16 @@ from .diff import AbstractDiffMethod, Auto
 
 _AUTO = Auto()
 _STATE_VECTOR = StateVector()
+_DENSITY_MATRIX = DensityMatrixBackend()
 
 
-def _backend_of(backend, mcm, fn: str) -> AbstractBackend:
-    """The backend of a call: `backend=`, or the state vector with the `mcm=` shorthand's mode."""
+def _backend_of(backend, mcm, fn: str, circuit: Circuit) -> AbstractBackend:
+    """The backend of a call: `backend=`; else the density matrix for a circuit holding noise channels,
+    or the state vector with the `mcm=` shorthand's mode."""
     check_mcm(mcm, f"qfx.{fn}")  # a typo must not pass silently, whichever the circuit
     if backend is None:
+        if mcm is None and has_channels(circuit.ops):
+            return _DENSITY_MATRIX
         return _STATE_VECTOR if mcm is None else StateVector(mcm=mcm)
     if not isinstance(backend, AbstractBackend):
         raise TypeError(
@@ -85,7 +91,7 @@ def _measure(
         raise TypeError(
             f"qfx.{measurement.name}: diff must be a qfx.diff method such as qfx.diff.Auto(), got {diff!r}."
         )
-    backend = _backend_of(backend, mcm, measurement.name)
+    backend = _backend_of(backend, mcm, measurement.name, circuit)
     psi0 = backend.prepare(measurement, circuit, initial_state)
     try:
         return _evaluate(diff, backend, measurement, circuit, psi0, (payload, key), single)
@@ -145,8 +151,8 @@ def _check_wires_in(circuit: Circuit, wires, what) -> None:
     if bad:
         what = what() if callable(what) else what
         raise ValueError(
-            f"{what} acts on wire {bad[0]}, but the circuit has {circuit.num_wires} wires "
-            f"(0..{circuit.num_wires - 1}); pass num_wires={max(wires) + 1} to the Circuit or fix the wire."
+            f"{what} acts on wire {bad[0]}, but the circuit has {wire_range(circuit.num_wires)}; pass "
+            f"num_wires={max(wires) + 1} to the Circuit or fix the wire."
         )
 
 

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._channels import AbstractChannel
 from ._circuit import Circuit, Repeat
 from ._gates import AbstractGate
 
@@ -32,7 +33,7 @@ ROLL_MAX_PERIOD = 1024
 def _key(op) -> object:
     """What a gate's layer-to-layer identity depends on: its pytree structure (type, wires and other static
     fields) and its leaves' shapes and dtypes. None for operations that are not gates (never rolled)."""
-    if not isinstance(op, AbstractGate):
+    if not isinstance(op, (AbstractGate, AbstractChannel)):  # channels roll like gates: leaves and wires
         return None
     leaves, treedef = jax.tree.flatten(op)
     return treedef, tuple(_aval(x) for x in leaves)

@@ -1,4 +1,4 @@
-"""Circuits: construction, composition, inverse, drawing, and `Repeat` blocks under `lax.scan`."""
+"""Circuits: construction, composition, inverse, and `Repeat` blocks under `lax.scan`."""
 
 import equinox as eqx
 import jax
@@ -24,7 +24,7 @@ def _zero(n):
 def test_num_wires_inferred_or_given():
     assert qfx.Circuit([qfx.H(0), qfx.CNOT((0, 3))]).num_wires == 4
     assert qfx.Circuit([qfx.H(0)], num_wires=3).num_wires == 3
-    assert qfx.Circuit().num_wires == 1
+    assert qfx.Circuit([], num_wires=1).num_wires == 1  # without num_wires: an error (test_errors.py)
     np.testing.assert_allclose(qfx.state(qfx.Circuit([], num_wires=2)), _zero(2))
 
 
@@ -110,71 +110,7 @@ def test_repr():
     assert repr(circ) == "Circuit(num_wires=2, ops=[Hadamard(wires=0), RX(0.5, wires=1)])"
 
 
-def test_draw():
-    circ = qfx.Circuit(
-        [
-            qfx.H(0),
-            qfx.RX(0.5, wires=2),
-            qfx.CNOT((0, 3)),
-            qfx.Controlled(qfx.RY(1.25, wires=1), controls=(2,), control_values=(0,)),
-            qfx.IsingZZ(0.1, wires=(1, 2)),
-            qfx.SWAP((0, 1)),
-        ],
-        num_wires=5,
-    )
-    text = qfx.draw(circ)
-    lines = text.split("\n")
-    assert len(lines) == 5
-    assert [line.split(":")[0] for line in lines] == ["0", "1", "2", "3", "4"]
-    for label in ["Hadamard", "RX(0.50)", "RY(1.25)", "IsingZZ(0.10)", "●", "○", "×"]:
-        assert label in text
-    # The CNOT's target and the vertical wire it crosses.
-    assert "X" in lines[3] and "│" in lines[1]
-    assert set(lines[4][3:]) == {"─"}  # an idle wire
-    assert "RX(0.5000)" in qfx.draw(circ, decimals=4)
-
-
-def test_draw_tells_which_wire_is_which():
-    """Controls, targets and wire order are visible: a drawing must not read the same both ways."""
-    circ = qfx.Circuit(
-        [
-            qfx.CRX(0.3, wires=(2, 0)),
-            qfx.CSWAP((1, 2, 0)),
-            qfx.PauliRot(0.2, "XZ", wires=(1, 0)),
-            qfx.QubitUnitary(np.eye(4), wires=(2, 0)),
-            qfx.ISWAP((0, 2)),  # symmetric: the same on both wires
-        ]
-    )
-    cells = [[c for c in line[3:].split("─") if c] for line in qfx.draw(circ).split("\n")]
-    assert cells[2][0] == "●" and cells[0][0] == "RX(0.30)"
-    assert [cells[w][1] for w in range(3)] == ["×", "●", "×"]
-    assert cells[1][2] == "PauliRot(0.20):X" and cells[0][2] == "PauliRot(0.20):Z"
-    assert cells[2][2] == "QubitUnitary(·):0" and cells[0][3] == "QubitUnitary(·):1"  # wire 2: no PauliRot
-    assert cells[0][4] == cells[2][3] == "ISWAP"
-
-
-def test_draw_of_inverses_keeps_controls_and_daggers_the_rest():
-    circ = qfx.Circuit(
-        [
-            qfx.Adjoint(qfx.CRZ(0.2, wires=(1, 0))),
-            qfx.Adjoint(qfx.Controlled(qfx.RX(0.1, wires=0), 2)),
-            qfx.Adjoint(qfx.QubitUnitary(np.eye(4), wires=(2, 1))),
-            qfx.Adjoint(qfx.CNOT((2, 0))),  # self-inverse: drawn as the gate
-            qfx.Adjoint(qfx.Adjoint(qfx.S(1))),  # two daggers cancel
-        ]
-    )
-    cells = [[c for c in line[3:].split("─") if c] for line in qfx.draw(circ).split("\n")]
-    assert cells == [
-        ["RZ†(0.20)", "RX†(0.10)", "X"],
-        ["●", "│", "QubitUnitary†(·):1", "│", "S"],
-        ["●", "QubitUnitary†(·):0", "●"],
-    ]
-    # The inverse of a circuit draws the same way.
-    inverse = qfx.draw(qfx.Circuit([qfx.CRY(0.5, wires=(0, 1)), qfx.S(0)]).inverse())
-    assert [[c for c in line[3:].split("─") if c] for line in inverse.split("\n")] == [
-        ["S†", "●"],
-        ["RY†(0.50)"],
-    ]
+# Drawings: tests/test_drawing.py.
 
 
 # --- Repeat --------------------------------------------------------------------------------------
@@ -296,4 +232,4 @@ def test_repeat_repr_and_draw():
     # The block is drawn once, with its count.
     assert text.count("×7") == 1
     assert text.count("IsingXY") == 2  # once per wire of the one drawn layer
-    assert "Hadamard" in lines[0] and "T" in lines[2]
+    assert "─H─" in lines[0] and "─T─" in lines[2]

@@ -685,7 +685,7 @@ def test_plain_circuits_take_the_old_path():
 def test_draw_shows_loops_and_conditionals_without_unrolling():
     circ, _ = _rus(2.0, 4)
     loop = qfx.for_loop(1000, _layer, jnp.ones(1000), jnp.ones(1000))
-    text = qfx.draw(qfx.Circuit([*circ.ops, loop]))
+    text = qfx.draw(qfx.Circuit([*circ.ops, loop]), max_length=200)
     # A circuit numbers its measurements from 0 in order of appearance; the only one here is m0.
     assert "M0→0" in text
     assert "if m0" in text and "while m0" in text and "≤4" in text

@@ -54,6 +54,50 @@ CASES = [
         ValueError,
         re.escape("RX(0.1, wires=5) acts on wire 5, but the circuit has 3 wires (0..2); pass num_wires=6"),
     ),
+    (
+        "one_wire_named_in_the_singular",
+        lambda: qfx.Circuit([qfx.X(3)], num_wires=1),
+        ValueError,
+        re.escape("PauliX(wires=3) acts on wire 3, but the circuit has 1 wire (0); pass num_wires=4"),
+    ),
+    (
+        "empty_circuit_without_num_wires",  # it was given 1 wire, and later errors said "has 1 wires"
+        lambda: qfx.Circuit([]),
+        ValueError,
+        re.escape("Circuit: cannot infer the number of wires (it has no operations); pass num_wires"),
+    ),
+    (
+        "circuit_on_no_wire_without_num_wires",
+        lambda: qfx.Circuit([qfx.Repeat(qfx.Circuit([], num_wires=2), length=3)]),
+        ValueError,
+        re.escape("Circuit: cannot infer the number of wires (its operations act on no wire)"),
+    ),
+    (
+        "gate_without_wires",  # Python's own error named the private _AbstractOneParameter.__init__
+        lambda: qfx.RX(0.1),
+        TypeError,
+        re.escape(
+            "qfx.RX: missing the argument 'wires' (the wires it acts on: an int); call it as qfx.RX(theta, "
+        ),
+    ),
+    (
+        "gate_without_an_angle",
+        lambda: qfx.Rot(0.1, wires=0),
+        TypeError,
+        re.escape(
+            "qfx.Rot: missing the argument 'theta' (an angle in radians); call it as qfx.Rot(phi, theta"
+        ),
+    ),
+    (
+        "two_qubit_gate_without_wires",
+        lambda: qfx.CNOT(),
+        TypeError,
+        re.escape("qfx.CNOT: missing the argument 'wires' (the wires it acts on: 2 ints)"),
+    ),
+    ("matrix_gate_without_wires", lambda: qfx.QubitUnitary(np.eye(2)), TypeError, "a sequence of ints"),
+    ("pauli_rot_without_a_word", lambda: qfx.PauliRot(0.1, wires=0), TypeError, "a string over 'IXYZ'"),
+    ("controlled_without_controls", lambda: qfx.Controlled(qfx.X(0)), TypeError, "'controls' \\(the control"),
+    ("adjoint_of_nothing", lambda: qfx.Adjoint(), TypeError, "'base' \\(the gate it wraps\\)"),
     ("duplicate_wires", lambda: qfx.CNOT((1, 1)), ValueError, "cannot act twice on the same wire"),
     ("negative_wire", lambda: qfx.RX(0.1, wires=-1), ValueError, "wires must be non-negative integers"),
     (
@@ -731,7 +775,7 @@ def test_operation_errors():
     with pytest.raises(TypeError, match="must be a bool or an int"):
         qfx.cond(0.5, qfx.X(0))
     with pytest.raises(ValueError, match="give exactly one of index"):
-        qfx.Cond((qfx.Circuit([]),), None, None)
+        qfx.Cond((qfx.Circuit([], num_wires=1),), None, None)
     with pytest.raises(ValueError, match="conditional on measurement outcomes has no inverse"):
         qfx.cond(m, qfx.X(1)).adjoint()
     with pytest.raises(ValueError, match="branches must be a non-empty list"):

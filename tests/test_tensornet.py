@@ -592,7 +592,9 @@ def test_cutensornet_without_cuquantum_names_the_package(monkeypatch):
     monkeypatch.setattr(jax, "devices", lambda *a: [gpu_device] if a == ("gpu",) else real_devices(*a))
     monkeypatch.setitem(sys.modules, "cupy", None)
     monkeypatch.setitem(sys.modules, "cuquantum", None)
-    with pytest.raises(ImportError, match=r"cuQuantum's Python package.*pip install 'qfx\[gpu\]'"):
+    with pytest.raises(
+        ImportError, match=r"cuQuantum's Python package.*pip install -e '\.\[gpu\]' in a qfx checkout"
+    ):
         _cutensornet.CuTensorNetEngine()
 
 

@@ -97,6 +97,15 @@ def test_import_qfx_does_not_import_torch():
 # --- tensors across ---------------------------------------------------------------------------------
 
 
+def test_star_import_gives_the_public_names_only():
+    # qfx.torch's module namespace holds its own imports (jax, np, sys, Any): __all__ keeps them out.
+    namespace: dict = {}
+    exec("from qfx.torch import *", namespace)  # noqa: S102
+    public = sorted(k for k in namespace if k != "__builtins__")
+    assert public == ["ArgMax", "TorchLayer", "from_jax", "straight_through_argmax", "to_jax", "to_torch"]
+    assert all(callable(getattr(qt, name)) for name in qt.__all__)
+
+
 def test_to_jax_and_from_jax_are_zero_copy():
     t = torch.arange(12, dtype=torch.float32).reshape(3, 4)
     a = qt.to_jax(t)
@@ -164,7 +173,11 @@ def test_cpu_tensors_run_on_the_cpu_device_whatever_jaxs_default():
     # On a GPU machine JAX's default device is the GPU; CPU tensors (which DLPack imports to the CPU device)
     # must still run there and come back as CPU tensors. Two CPU devices, the default set to the second,
     # stand in for that here.
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    env = dict(
+        os.environ,
+        XLA_FLAGS=os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2",
+        JAX_PLATFORMS="cpu",
+    )
     proc = subprocess.run(
         [sys.executable, "-c", _PLACEMENT_SCRIPT], env=env, capture_output=True, text=True, timeout=300
     )

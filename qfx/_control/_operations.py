@@ -34,7 +34,7 @@ from jaxtyping import Array, ArrayLike
 import numpy as np
 
 from .._checks import as_dtype, as_leaf, as_numeric, static_bit, static_count
-from .._circuit import Circuit, Repeat, check_parameter_shapes, relabel_circuit, relabel_ops
+from .._circuit import Circuit, Repeat, check_parameter_shapes, relabel_circuit, relabel_ops, sub_circuit
 from .._custom_types import real_dtype
 from .._gates import AbstractOperation
 
@@ -272,10 +272,10 @@ def evaluate(expr: tuple, bit: Callable[[_Token], Array]) -> Array:
 class AbstractControlOperation(AbstractOperation):
     """Measurements and control flow: run by the control-flow runner, never by the gate kernels."""
 
-    def draw_into(self, rows: list[list[str]], add: Callable, pad: Callable, numbering: dict) -> None:
-        """Draws the operation into `qfx.draw`'s rows (called by `qfx.draw`, with the circuit's numbering
-        of its measurements)."""
-        draw_op(self, rows, add, pad, numbering)
+    def draw_into(self, drawer, numbering: dict) -> None:
+        """Describes the operation to `qfx.draw`'s drawer (`qfx/_drawing.py`), with the circuit's numbering
+        of its measurements."""
+        draw_op(self, drawer, numbering)
 
     def check_shapes(self, fn: str, layers: tuple[int, ...], advice: str) -> None:
         """Raises unless the operation's leaves have the shapes of one circuit (inside `Repeat` blocks of
@@ -389,7 +389,7 @@ def _as_circuit(ops, what: str) -> Circuit:
         ops = [ops]
     if not isinstance(ops, Iterable):
         raise TypeError(f"{what}: expected an operation, a list of operations or a Circuit, got {ops!r}.")
-    return Circuit(ops)
+    return sub_circuit(ops)
 
 
 def _union_wires(ops) -> tuple[int, ...]:
@@ -668,7 +668,7 @@ class _InverseIteration(eqx.Module):
     length: int = eqx.field(static=True)
 
     def __call__(self, i, body):
-        return Circuit(_body_ops(body(self.length - 1 - i), "qfx.for_loop")).inverse()
+        return sub_circuit(_body_ops(body(self.length - 1 - i), "qfx.for_loop")).inverse()
 
 
 def for_loop(length: "int | ArrayLike", body: Callable[..., Any], *args: Any) -> ForLoop:
@@ -809,28 +809,14 @@ def _may_measure(ops, tokens: set) -> bool:
 # --- drawing ------------------------------------------------------------------------------------------
 
 
-def draw_op(op, rows: list[list[str]], add: Callable, pad: Callable, numbering: dict) -> None:
-    """Draws a control-flow operation into `qfx.draw`'s rows (one list of strings per wire), using its
-    `add(op)` and `pad()`. Loops are drawn once, with their count: never unrolled. `numbering` is the
-    circuit's (token -> id); the measurements a for-loop body makes afresh are numbered after it, so that
-    they do not read as the circuit's own."""
-
-    def bracket(parts: list[tuple[str, Callable[[], None]]], closing: str):
-        wires = op.wires
-        if not wires:
-            return
-        lo, hi = min(wires), max(wires)
-        for i, (label, draw_body) in enumerate(parts):
-            pad()
-            for w in range(lo, hi + 1):
-                rows[w].append(("[" if i == 0 else "│") + (label if w == lo else " " * len(label)))
-            draw_body()
-        pad()
-        for w in range(lo, hi + 1):
-            rows[w].append(closing if w == lo else "]" + " " * (len(closing) - 1))
+def draw_op(op, drawer, numbering: dict) -> None:
+    """Describes a control-flow operation to `qfx.draw`'s drawer: `drawer.box(texts)` for a measurement,
+    `drawer.block(wires, parts, closing)` for a block whose parts `add` their operations. Loops are drawn
+    once, with their count: never unrolled. `numbering` is the circuit's (token -> id); the measurements a
+    for-loop body makes afresh are numbered after it, so that they do not read as the circuit's own."""
 
     def ops_drawer(ops):
-        return lambda: [add(inner) for inner in ops]
+        return lambda: [drawer.add(inner) for inner in ops]
 
     if isinstance(op, MidMeasure):
         label = (
@@ -838,8 +824,7 @@ def draw_op(op, rows: list[list[str]], add: Callable, pad: Callable, numbering: 
             + ("→0" if op.reset else "")
             + (f"={op.postselect}" if op.postselect is not None else "")
         )
-        pad()
-        rows[op.wire].append(f"─{label}─")
+        drawer.box({op.wire: label}, measures=True)
     elif isinstance(op, Cond):
         pred = _format(op.expr) if op.expr is not None else "·"
         if len(op.branches) == 2 and (op.expr is None or op.expr[0] == "bool"):
@@ -849,14 +834,14 @@ def draw_op(op, rows: list[list[str]], add: Callable, pad: Callable, numbering: 
         else:
             parts = [(f"case {k}: ", ops_drawer(b.ops)) for k, b in enumerate(op.branches)]
             parts[0] = (f"switch {pred} " + parts[0][0], parts[0][1])
-        bracket(parts, "]")
+        drawer.block(op.wires, parts, "]", reads=op.expr is not None)
     elif isinstance(op, ForLoop):
 
         def draw_body():
             # Drawn from a traced index, so that parameters depending on it show as "·".
             def trace(loop, i):
                 for inner in relabel_ops(loop.ops_at(i), numbering):
-                    add(inner)
+                    drawer.add(inner)
 
             index = jax.ShapeDtypeStruct((), jnp.int32)
             try:  # the loop closed over: its fixed arguments draw as values, and need not be arrays
@@ -875,9 +860,10 @@ def draw_op(op, rows: list[list[str]], add: Callable, pad: Callable, numbering: 
                     raise error from None
 
         length = op.length if op.length is not None else "·"
-        bracket([("for i: ", draw_body)], f"]×{length}")
+        drawer.block(op.wires, [("for i: ", draw_body)], f"]×{length}")
     elif isinstance(op, WhileLoop):
         bound = f"≤{op.max_iterations}" if op.max_iterations is not None else ""
-        bracket([(f"while {_format(op.expr)}: ", ops_drawer(op.body.ops))], f"]{bound}")
+        body = [(f"while {_format(op.expr)}: ", ops_drawer(op.body.ops))]
+        drawer.block(op.wires, body, f"]{bound}", reads=True)
     else:  # pragma: no cover
         raise TypeError(f"qfx.draw cannot draw {op!r}.")

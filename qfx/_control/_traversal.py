@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array
 
+from .._channels import AbstractChannel
 from .._circuit import Repeat
 from .._gates import AbstractGate
 from ._operations import Cond, ForLoop, MidMeasure, WhileLoop
@@ -59,6 +60,8 @@ def traverse(ops, carry, sim, program: Program, alias: dict, path: tuple):
         p = path + (j,)
         if isinstance(op, AbstractGate):
             carry = sim.gate(carry, op)
+        elif isinstance(op, AbstractChannel):  # only simulators of mixed states have `channel`
+            carry = sim.channel(carry, op)
         elif isinstance(op, Repeat):
 
             @jax.checkpoint

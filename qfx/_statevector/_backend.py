@@ -5,6 +5,7 @@ import jax
 from jaxtyping import Array
 
 from .._backend import AbstractStateVectorBackend
+from .._channels import refuse_channels
 from .._circuit import Circuit
 from .._control import has_control
 from .._custom_types import complex_dtype
@@ -53,6 +54,7 @@ class StateVector(AbstractStateVectorBackend):
         check_mcm(self.mcm, "qfx.StateVector")
 
     def prepare(self, measurement: AbstractMeasurement, circuit: Circuit, initial_state) -> Array:
+        refuse_channels(circuit, "qfx.StateVector()", measurement.name)
         if isinstance(measurement, DensityMatrix):
             check_memory(
                 4 ** len(measurement.wires),

@@ -72,14 +72,14 @@ def _expvals(state: Array, lcs: tuple[LinearCombination, ...], n: int) -> Array:
 
 
 @jax.custom_jvp
-def _sampled(x, state):
+def sampled(x, state):
     # `state` is an argument only so that a tangent flowing from the circuit reaches the rule below:
     # the sampled values themselves have a zero tangent (indices), which would give silent zeros.
     del state
     return x
 
 
-@_sampled.defjvp
+@sampled.defjvp
 def _sampled_jvp(primals, tangents):
     raise ValueError(
         "A shot-based estimate (shots=...) cannot be differentiated through the simulation (backprop or "
@@ -104,7 +104,7 @@ def _term_estimate(state, term: Hermitian, key, shots: int, n: int) -> Array:
 _BINOMIAL_CHUNK = 1 << 24
 
 
-def _binomial(key, shots: int, p: Array) -> Array:
+def binomial(key, shots: int, p: Array) -> Array:
     """Binomial(shots, p) counts in the real dtype; in float32, past `_BINOMIAL_CHUNK` trials, as the exact
     int32 sum of draws of at most that many (a sum of binomials of one `p` is binomial)."""
     dtype = real_dtype()
@@ -135,7 +135,7 @@ def _estimates(state, lcs, key, shots: int, n: int) -> Array:
         words = _words(lcs)
         exact = jax.lax.stop_gradient(pauli_expvals(state, tuple(words), n))
         index = np.asarray([words[lcs[i].terms[k].word] for i, k in entries])
-        plus = _binomial(k_words, shots, jnp.clip((1 + exact[index]) / 2, 0, 1))
+        plus = binomial(k_words, shots, jnp.clip((1 + exact[index]) / 2, 0, 1))
         drawn = 2 * plus / shots - 1
         values = {entry: drawn[j] for j, entry in enumerate(entries)}
     for (i, k), k_term in zip(dense, k_terms, strict=True):
@@ -147,15 +147,15 @@ def _estimates(state, lcs, key, shots: int, n: int) -> Array:
             continue
         vals = jnp.stack([values[i, k] for k in range(len(lc.terms))])
         # Sampling is marked per term, so the estimate stays differentiable in the coefficients.
-        out.append(jnp.dot(lc.coeffs, _sampled(vals, state), precision=EXACT))
+        out.append(jnp.dot(lc.coeffs, sampled(vals, state), precision=EXACT))
     return jnp.stack(out)
 
 
-def _multinomial(key, shots: int, p: Array) -> Array:
+def multinomial(key, shots: int, p: Array) -> Array:
     """Multinomial(shots, p) counts over the `2**k` outcomes of `p`, in the real dtype: bit by bit, each
     count split between the outcomes' two continuations by a binomial draw (the exact distribution, in
     `k 2**k` work and `2**k` memory whatever `shots`). In float32, more than `_BINOMIAL_CHUNK` shots are
-    drawn in chunks of at most that many and added up exactly, as `_binomial` does."""
+    drawn in chunks of at most that many and added up exactly, as `binomial` does."""
     dtype = real_dtype()
     if dtype != jnp.float64 and shots > _BINOMIAL_CHUNK:
         full, rest = divmod(shots, _BINOMIAL_CHUNK)
@@ -167,7 +167,7 @@ def _multinomial(key, shots: int, p: Array) -> Array:
 
 
 def _tree(key, shots: Array, p: Array) -> Array:
-    """The draws of `_multinomial`, one level of bits per step of a `lax.scan`: one binomial in the
+    """The draws of `multinomial`, one level of bits per step of a `lax.scan`: one binomial in the
     program (each costs seconds of compilation) whatever the number of bits. At level `j` the count of
     the outcomes that start with the `j`-bit prefix `a` is held at index `a << (k - j)`; its share that
     continues with a 0 stays there and the rest moves `2**(k - j - 1)` on."""
@@ -200,7 +200,7 @@ def _frequencies(state, wires: tuple[int, ...], key, shots: int, n: int) -> Arra
     """The frequencies of the outcomes of `wires` among `shots` measurements: unbiased estimates of their
     probabilities."""
     p = jax.lax.stop_gradient(marginal_probs(state, wires, n))
-    return _sampled(_multinomial(key, shots, p.astype(real_dtype())) / shots, state)
+    return sampled(multinomial(key, shots, p.astype(real_dtype())) / shots, state)
 
 
 def _moments(state: Array, lcs, n: int) -> Array:

@@ -28,6 +28,7 @@ import opt_einsum
 
 from .. import _memory
 from .._backend import AbstractBackend
+from .._channels import refuse_channels
 from .._circuit import Circuit
 from .._custom_types import EXACT, complex_dtype, real_dtype
 from .._measurements import (
@@ -136,6 +137,7 @@ class TensorNetwork(AbstractBackend):
 
     def prepare(self, measurement: AbstractMeasurement, circuit: Circuit, initial_state) -> None:
         fn = measurement.name
+        refuse_channels(circuit, "qfx.TensorNetwork()", fn)
         if isinstance(measurement, (Estimate, ProbsEstimate, VarEstimate)):
             raise ValueError(
                 f"qfx.{fn}: shots={measurement.shots} is not available with backend=qfx.TensorNetwork(), "
@@ -172,6 +174,24 @@ class TensorNetwork(AbstractBackend):
 
     def evaluation_bytes(self, circuit: Circuit) -> int:
         return _EVALUATION_BYTES
+
+    def largest_intermediate(self, circuit: Circuit, observables: Sequence[LinearCombination]) -> int:
+        """The entries of the largest intermediate tensor of the networks `qfx.expval(circuit, observables,
+        backend=self)` contracts, one per Pauli word or Hermitian term (networks of one shape are
+        contracted stacked, as many at once as fit). Path finding only, cached as `expval`'s: nothing is
+        contracted. Used by `qfx.specs`."""
+        skeleton = _skeleton(circuit.ops)
+        largest = 1
+        for lc in observables:
+            for t in lc.terms:
+                if isinstance(t, PauliWord):
+                    if not t.word:
+                        continue
+                    term = ("pauli", t.word)
+                else:
+                    term = ("hermitian", t.wires)
+                largest = max(largest, _expval_network(skeleton, term, self.optimize).largest)
+        return largest
 
     # --- contraction ---------------------------------------------------------------------------
 

@@ -30,8 +30,10 @@ Torch's gradient convention), so that CI exercises the callbacks, the custom_vjp
 Installing the GPU extra on a CUDA machine: pick the wheels for the machine's CUDA major version (see
 `nvidia-smi`; JAX itself needs `jax[cuda12]` or `jax[cuda13]`):
 
-    pip install "jax[cuda12]" "qfx[gpu]"                         # CUDA 12: cuquantum-python-cu12 + CuPy
+    pip install "jax[cuda12]" -e ".[gpu]"                       # CUDA 12: cuquantum-python-cu12 + CuPy
     pip install "jax[cuda13]" cuquantum-python-cu13 cupy-cuda13x  # CUDA 13
+
+(from the root of a qfx checkout: qfx is not on a package index).
 
 cuquantum-python pulls in cuTensorNet and cuTENSOR (the cuTENSOR wheel alone is about 210 MB). JAX
 preallocates 75% of GPU memory and cuTensorNet allocates its workspace through CuPy, outside that pool:
@@ -58,7 +60,7 @@ import opt_einsum
 from .._custom_types import EXACT
 
 _INSTALL = (
-    "pip install 'qfx[gpu]' (cuquantum-python-cu12 and cupy-cuda12x; on CUDA 13: "
+    "pip install -e '.[gpu]' in a qfx checkout (cuquantum-python-cu12 and cupy-cuda12x; on CUDA 13: "
     "cuquantum-python-cu13 and cupy-cuda13x), with a CUDA build of JAX (pip install 'jax[cuda12]')"
 )
 

@@ -31,6 +31,7 @@ class Auto(AbstractDiffMethod):
     circuit of gates (no control flow) with real parameters, on a backend that keeps a state vector
     (`qfx.StateVector()`), is differentiated by the adjoint walk (`qfx.diff.Adjoint`'s), written as a
     `jax.custom_jvp` whose tangent is `<gradient, tangent>`, when either
+
     - **small states:** the state takes at most 512 bytes (up to 6 qubits in complex64, 5 in complex128)
       and a `Repeat` block would stack more than 512 bytes of per-layer states. Backprop's stacked
       checkpoints would make XLA's CPU runtime schedule the program over its thread pool, where the walk's

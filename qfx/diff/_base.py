@@ -6,6 +6,7 @@ import equinox as eqx
 from jaxtyping import Array, PyTree
 
 from .._backend import AbstractBackend
+from .._channels import AbstractChannel
 from .._circuit import Circuit, Repeat
 from .._gates import AbstractGate
 from .._measurements import AbstractMeasurement
@@ -19,9 +20,11 @@ def check_batch_size(method: str, batch_size) -> None:
 
 
 def gates_only(ops) -> bool:
-    """Whether `ops` hold only gates and `Repeat` blocks of gates: no control flow or measurements."""
+    """Whether `ops` hold only gates, noise channels and `Repeat` blocks of them: no control flow or
+    measurements. (A channel is left to the backend: one that cannot run it says so.)"""
     return all(
-        gates_only(op.body.ops) if isinstance(op, Repeat) else isinstance(op, AbstractGate) for op in ops
+        gates_only(op.body.ops) if isinstance(op, Repeat) else isinstance(op, (AbstractGate, AbstractChannel))
+        for op in ops
     )
 
 

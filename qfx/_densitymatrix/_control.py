@@ -1,0 +1,118 @@
+"""Control flow and mid-circuit measurements on the density matrix.
+
+The carry is a classical-quantum state, an array of shape `(2**R, 4**n)`: one (unnormalised) density matrix
+per record of the `R` outcomes that a condition reads (record bit 0 most significant). An outcome that
+nothing reads is not recorded: its measurement dephases the density matrix on that wire (the sum over
+outcomes of the projected states), which is the same state as keeping the outcome and forgetting it, at a
+`2**R`-th of the memory. A BB84 program that measures 8 qubits and reads none of the outcomes keeps one
+density matrix, where one per record would be 256.
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array
+import numpy as np
+
+from .._control import MidMeasure, Program, capped_while, evaluate
+from .._custom_types import real_dtype
+from .._memory import check_memory
+from .._statevector import run
+from ._doubled import doubled
+
+
+class MixedSimulator:
+    """How each step acts on the classical-quantum carry (see the module docstring); used by `traverse`."""
+
+    def __init__(self, program: Program, n: int):
+        read = sorted({program.slots[key] for key, _ in program.referenced if key in program.slots})
+        self.compact = {slot: i for i, slot in enumerate(read)}
+        self.R, self.n = len(read), n
+        check_memory(
+            2**self.R * 4**n,
+            f"qfx.DensityMatrix(): a density matrix of {n} wires per record of the {self.R} mid-circuit "
+            "outcomes that conditions read",
+            "Read fewer outcomes, or use fewer wires.",
+        )
+        records = np.arange(2**self.R)
+        self.bits = [jnp.asarray((records >> (self.R - 1 - i)) & 1, jnp.int32) for i in range(self.R)]
+
+    def initial(self, rho0: Array) -> Array:
+        return jnp.zeros((2**self.R, rho0.shape[0]), rho0.dtype).at[0].set(rho0)
+
+    def _apply(self, x: Array, op) -> Array:
+        ops = doubled([op], self.n)
+        return jax.vmap(lambda r: run(ops, r, 2 * self.n))(x)
+
+    def gate(self, x, gate):
+        return self._apply(x, gate)
+
+    def channel(self, x, channel):
+        return self._apply(x, channel)
+
+    def measure(self, x, op: MidMeasure, slot: int):
+        n, w = self.n, op.wire
+        c, d = 2**w, 2 ** (n - w - 1)
+        t = x.reshape(2**self.R, c, 2, d, c, 2, d)
+        blocks = []
+        for outcome in (0, 1):
+            block = t[:, :, outcome, :, :, outcome, :]
+            if op.postselect is not None and outcome != op.postselect:
+                block = jnp.zeros_like(block)
+            to = 0 if op.reset else outcome
+            e = jnp.zeros((2, 2), x.dtype).at[to, to].set(1)
+            blocks.append(jnp.einsum("rabcd,xy->raxbcyd", block, e).reshape(x.shape))
+        if slot not in self.compact:  # nothing reads it: both outcomes stay in one density matrix
+            return blocks[0] + blocks[1]
+        i = self.compact[slot]
+        a, b = 2**i, 2 ** (self.R - i - 1)
+        forgot = [blk.reshape(a, 2, b, -1).sum(axis=1) for blk in blocks]  # the register's previous value
+        return jnp.stack(forgot, axis=1).reshape(x.shape)
+
+    def _index(self, expr, slot) -> Array:
+        return evaluate(expr, lambda token: self.bits[self.compact[slot(token)]])
+
+    def _mask(self, x, mask: Array) -> Array:
+        return x * mask.astype(x.dtype)[:, None]
+
+    def switch_on(self, x, expr, branches, slot):
+        index = jnp.clip(self._index(expr, slot), 0, len(branches) - 1)
+        out = jnp.zeros_like(x)
+        for k, branch in enumerate(branches):
+            out = out + branch(self._mask(x, index == k))
+        return out
+
+    def weight(self, x) -> Array:
+        """The trace of each record's density matrix: the probability of each record."""
+        dim = 2**self.n
+        diag = jnp.diagonal(x.reshape(-1, dim, dim), axis1=1, axis2=2)
+        return jnp.real(jnp.sum(diag, axis=1)).astype(real_dtype())
+
+    def while_on(self, x, expr, body, max_iterations, slot):
+        active = self._index(expr, slot) != 0
+
+        def step(x):
+            looping = self._mask(x, active)
+            return x - looping + body(looping)
+
+        if max_iterations is not None:
+            return jax.lax.scan(lambda x, _: (step(x), None), x, length=max_iterations)[0]
+        eps = float(jnp.finfo(real_dtype()).eps)
+
+        def looping(x):
+            return jnp.sum(self.weight(self._mask(x, active))) > eps * jnp.sum(self.weight(x))
+
+        return capped_while(looping, step, x, "exact")
+
+
+def final_rho(x: Array, sim: MixedSimulator, program: Program) -> Array:
+    """The density matrix after the circuit: the sum over records, normalised (post-selection)."""
+    dim = 2**sim.n
+    total = jnp.sum(sim.weight(x))
+    if program.postselected:
+        total = eqx.error_if(
+            total,
+            total <= (2 * jnp.finfo(total.dtype).eps) ** 2,
+            "qfx.DensityMatrix(): the post-selected outcomes have probability 0 (to rounding).",
+        )
+    return jnp.sum(x, axis=0).reshape(dim, dim) / total.astype(x.dtype)

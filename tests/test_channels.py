@@ -1,0 +1,363 @@
+"""Noise channels and the density-matrix backend, against the independent NumPy density-matrix reference
+(`tests/reference_mixed.py`), analytic values and central differences."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import qfx
+from qfx import _control
+from qfx._densitymatrix import _control as _mixed
+
+from . import reference_mixed as mref
+from .helpers import ANGLE_GATES, central_difference, random_unitary, tree_allclose
+
+
+def _kraus_stack(rng, m, dim):
+    """m random Kraus operators on `dim` dimensions: the blocks of an isometry."""
+    v = random_unitary(rng, m * dim)[:, :dim]
+    return v.reshape(m, dim, dim)
+
+
+# Every channel: (number of wires, factory(rng, wires) -> channel at random strengths inside the range).
+ALL_CHANNELS = {
+    "BitFlip": (1, lambda r, w: qfx.BitFlip(r.uniform(), wires=w)),
+    "PhaseFlip": (1, lambda r, w: qfx.PhaseFlip(r.uniform(), wires=w)),
+    "DepolarizingChannel": (1, lambda r, w: qfx.DepolarizingChannel(r.uniform(), wires=w)),
+    "AmplitudeDamping": (1, lambda r, w: qfx.AmplitudeDamping(r.uniform(), wires=w)),
+    "PhaseDamping": (1, lambda r, w: qfx.PhaseDamping(r.uniform(), wires=w)),
+    "GeneralizedAmplitudeDamping": (
+        1,
+        lambda r, w: qfx.GeneralizedAmplitudeDamping(r.uniform(), r.uniform(), wires=w),
+    ),
+    "ResetError": (1, lambda r, w: qfx.ResetError(*(r.dirichlet([1, 1, 1])[:2]), wires=w)),
+    "PauliError": (2, lambda r, w: qfx.PauliError("XZ", r.uniform(), wires=w)),
+    "ThermalT2BelowT1": (
+        1,
+        lambda r, w: qfx.ThermalRelaxationError(r.uniform(), 1.0, 0.7, r.uniform(), wires=w),
+    ),
+    "ThermalT2AboveT1": (
+        1,
+        lambda r, w: qfx.ThermalRelaxationError(r.uniform(), 1.0, 1.6, r.uniform(), wires=w),
+    ),
+    "QubitChannel1": (1, lambda r, w: qfx.QubitChannel(_kraus_stack(r, 3, 2), wires=w)),
+    "QubitChannel2": (2, lambda r, w: qfx.QubitChannel(_kraus_stack(r, 2, 4), wires=w)),
+}
+
+
+def random_noisy_circuit(rng, n, depth, channels=ALL_CHANNELS, gates=ANGLE_GATES):
+    """`depth` operations, each a gate or (one time in three) a channel, on random distinct wires."""
+    gnames = [k for k, (m, _) in gates.items() if m <= n]
+    cnames = [k for k, (m, _) in channels.items() if m <= n]
+    ops = []
+    for i in range(depth):
+        table, names = (channels, cnames) if i % 3 == 2 else (gates, gnames)
+        k, make = table[names[rng.integers(len(names))]]
+        wires = tuple(int(w) for w in rng.choice(n, size=k, replace=False))
+        ops.append(make(rng, wires if k > 1 else wires[0]))
+    return qfx.Circuit(ops, num_wires=n)
+
+
+def _hermitian(u):
+    return u + u.conj().T
+
+
+def _superop(ks):
+    return sum(np.kron(k, k.conj()) for k in ks)
+
+
+def test_channels_match_the_reference_formulas_and_are_cptp():
+    # Kraus sets are not unique, so the channels are compared as superoperators. One program for all.
+    rng = np.random.default_rng(0)
+    channels = []
+    for k, make in ALL_CHANNELS.values():
+        channels.append(make(rng, tuple(range(k)) if k > 1 else 0))
+    kraus, superops = jax.jit(
+        lambda chs: ([c.kraus_matrices() for c in chs], [c.superoperator() for c in chs])
+    )(channels)
+    for ch, ks, s in zip(channels, kraus, superops, strict=True):
+        ks = np.asarray(ks, np.complex128)
+        k = len(ch.wires)
+        assert np.allclose(np.einsum("aji,ajk->ik", ks.conj(), ks), np.eye(2**k), atol=1e-6), ch
+        ref = [np.asarray(m, complex) for m in mref.kraus(ch)]
+        assert np.allclose(_superop(ks), _superop(ref), atol=1e-6), ch
+        assert np.allclose(np.asarray(s), _superop(ref), atol=1e-6), ch
+
+
+# (circuit, observable, analytic value): each channel's action on a simple state.
+_P, _G, _Q = 0.3, 0.36, 0.7
+_ANALYTIC = [
+    ([qfx.BitFlip(_P, wires=0)], qfx.Z(0), 1 - 2 * _P),
+    ([qfx.H(0), qfx.PhaseFlip(_P, wires=0)], qfx.X(0), 1 - 2 * _P),
+    ([qfx.H(0), qfx.DepolarizingChannel(_P, wires=0)], qfx.X(0), 1 - 4 * _P / 3),
+    ([qfx.X(0), qfx.AmplitudeDamping(_G, wires=0)], qfx.Z(0), 2 * _G - 1),
+    ([qfx.H(0), qfx.AmplitudeDamping(_G, wires=0)], qfx.X(0), np.sqrt(1 - _G)),
+    ([qfx.H(0), qfx.PhaseDamping(_G, wires=0)], qfx.X(0), np.sqrt(1 - _G)),
+    ([qfx.X(0), qfx.GeneralizedAmplitudeDamping(1.0, _Q, wires=0)], qfx.Z(0), 2 * _Q - 1),
+    ([qfx.ResetError(0.1, 0.2, wires=0)], qfx.Z(0), 0.8 - 0.2),
+    ([qfx.PauliError("XY", _P, wires=(0, 1))], qfx.Z(0) @ qfx.Z(1), 1.0),
+    ([qfx.PauliError("XI", _P, wires=(0, 1))], qfx.Z(0), 1 - 2 * _P),
+    ([qfx.X(0), qfx.ThermalRelaxationError(0.0, 100.0, 80.0, 10.0, wires=0)], qfx.Z(0), 1 - 2 * np.exp(-0.1)),
+    ([qfx.H(0), qfx.ThermalRelaxationError(0.2, 100.0, 150.0, 30.0, wires=0)], qfx.X(0), np.exp(-0.2)),
+    ([qfx.H(0), qfx.ThermalRelaxationError(0.2, 100.0, 50.0, 30.0, wires=0)], qfx.X(0), np.exp(-0.6)),
+]
+
+
+def test_each_channel_has_its_analytic_action():
+    circuits = [qfx.Circuit(ops, num_wires=2) for ops, _, _ in _ANALYTIC]
+    # One program for all the cases (compiling each on its own took 20 s).
+    got = jax.jit(lambda cs: [qfx.expval(c, obs) for c, (_, obs, _) in zip(cs, _ANALYTIC, strict=True)])(
+        circuits
+    )
+    for (ops, _, want), value in zip(_ANALYTIC, got, strict=True):
+        assert abs(float(value) - want) < 1e-5, (ops, float(value), want)
+
+
+def _measured(c, obs):
+    """Every measurement of one circuit, in one program."""
+    return jax.jit(
+        lambda c: (
+            qfx.probs(c),
+            qfx.probs(c, wires=(2, 0)),
+            qfx.density_matrix(c, wires=(1, 2)),
+            qfx.density_matrix(c),
+            qfx.expval(c, obs),
+            qfx.var(c, obs),
+        )
+    )(c)
+
+
+def _check_against_reference(c, obs, atol):
+    probs, probs20, rho12, rho, ev, var = _measured(c, obs)
+    ref = mref.final_rho(c)
+    assert np.allclose(probs, np.real(np.diag(ref)), atol=atol)
+    assert np.allclose(probs20, mref.probs(c, (2, 0)), atol=atol)
+    assert np.allclose(rho12, mref.reduced(ref, (1, 2), 3), atol=atol)
+    assert np.allclose(rho, ref, atol=atol)
+    assert abs(float(ev) - mref.expval(c, obs)) < atol
+    assert abs(float(var) - mref.var(c, obs)) < atol
+
+
+def test_random_noisy_circuits_match_the_reference_complex64():
+    rng = np.random.default_rng(1)
+    obs = 0.5 * qfx.Z(0) @ qfx.X(2) - 0.3 * qfx.Y(1) + qfx.Hermitian(_hermitian(random_unitary(rng, 2)), 1)
+    _check_against_reference(random_noisy_circuit(rng, 3, 18), obs, 1e-5)
+
+
+def test_random_noisy_circuits_match_the_reference_complex128(x64):
+    rng = np.random.default_rng(2)
+    obs = qfx.Z(0) @ qfx.Z(1) + 0.7 * qfx.X(2)
+    _check_against_reference(random_noisy_circuit(rng, 3, 18), obs, 1e-10)
+
+
+def _params_of(circuit):
+    """The float leaves (gate angles and channel strengths; not QubitChannel's complex stacks)."""
+    return eqx.partition(circuit, lambda x: eqx.is_inexact_array(x) and not jnp.iscomplexobj(x))
+
+
+def test_gradients_of_gates_and_strengths_match_central_differences(x64):
+    rng = np.random.default_rng(3)
+    channels = {k: v for k, v in ALL_CHANNELS.items() if not k.startswith("QubitChannel")}
+    c = random_noisy_circuit(rng, 3, 15, channels)
+    obs = qfx.Z(0) @ qfx.Y(1) + 0.4 * qfx.X(2)
+    params, rest = _params_of(c)
+    g = jax.grad(lambda p: qfx.expval(eqx.combine(p, rest), obs))(params)
+    want = central_difference(lambda p: mref.expval(eqx.combine(p, rest), obs), params, eps=1e-6)
+    assert tree_allclose(g, want, rtol=1e-6, atol=1e-7)
+
+
+def test_parameter_shift_and_finite_diff_agree_with_backprop_on_the_density_matrix():
+    rng = np.random.default_rng(4)
+    channels = {k: v for k, v in ALL_CHANNELS.items() if not k.startswith("QubitChannel")}
+    c = random_noisy_circuit(rng, 3, 6, channels)
+    gates = [i for i, op in enumerate(c.ops) if isinstance(op, qfx.AbstractGate)]
+    spec = eqx.tree_at(
+        lambda t: [t.ops[i] for i in gates],
+        jax.tree.map(lambda _: False, c),
+        [jax.tree.map(lambda _: True, c.ops[i]) for i in gates],
+    )
+    params, rest = eqx.partition(c, spec)
+    obs = qfx.Z(0) @ qfx.X(1) - 0.5 * qfx.Y(2)
+
+    def grad(diff):
+        return jax.grad(lambda p: qfx.expval(eqx.combine(p, rest), obs, diff=diff))(params)
+
+    backprop = grad(qfx.diff.Backprop())
+    assert tree_allclose(grad(qfx.diff.ParameterShift()), backprop, rtol=1e-4, atol=1e-5)
+    assert tree_allclose(grad(qfx.diff.FiniteDiff()), backprop, rtol=1e-2, atol=1e-2)
+
+
+# Each channel with strengths across its range, ends included (ThermalRelaxationError with t2 below,
+# at and above t1, and at 2 t1).
+_RANGES = [
+    (lambda s: qfx.BitFlip(s[0], wires=0), [[0.0], [1e-3], [0.5], [1.0]]),
+    (lambda s: qfx.PhaseFlip(s[0], wires=0), [[0.0], [0.5], [1.0]]),
+    (lambda s: qfx.DepolarizingChannel(s[0], wires=0), [[0.0], [0.5], [1.0]]),
+    (lambda s: qfx.AmplitudeDamping(s[0], wires=0), [[0.0], [0.5], [0.999]]),
+    (lambda s: qfx.PhaseDamping(s[0], wires=0), [[0.0], [0.5], [0.999]]),
+    (lambda s: qfx.GeneralizedAmplitudeDamping(s[0], s[1], wires=0), [[0.0, 0.0], [0.5, 0.3], [0.999, 1.0]]),
+    (lambda s: qfx.ResetError(s[0], s[1], wires=0), [[0.0, 0.0], [0.3, 0.2], [0.5, 0.5]]),
+    (lambda s: qfx.PauliError("YZ", s[0], wires=(0, 1)), [[0.0], [0.7], [1.0]]),
+    (
+        lambda s: qfx.ThermalRelaxationError(s[0], s[1], s[2], s[3], wires=0),
+        [[0.0, 1.0, 0.5, 0.0], [0.3, 1.0, 1.0, 0.4], [0.3, 1.0, 1.5, 0.4], [1.0, 1.0, 2.0, 2.0]],
+    ),
+]
+
+
+def test_gradients_in_strengths_are_finite_across_the_range(x64):
+    def f(make, s):
+        c = qfx.Circuit([qfx.RY(0.7, wires=0), qfx.RX(0.4, wires=1), make(s)], num_wires=2)
+        return qfx.expval(c, qfx.X(0) + qfx.Z(0) @ qfx.Y(1))
+
+    # One program: each channel's gradient mapped over its strengths.
+    grads = jax.jit(
+        lambda points: [
+            jax.vmap(jax.grad(lambda s, m=m: f(m, s)))(x) for (m, _), x in zip(_RANGES, points, strict=True)
+        ]
+    )([jnp.asarray(x, jnp.float64) for _, x in _RANGES])
+    for (_, x), g in zip(_RANGES, grads, strict=True):
+        assert np.all(np.isfinite(g)), (x, g)
+        assert np.any(g != 0), (x, g)  # the strengths do act
+
+
+# --- transformations, the default backend, errors ------------------------------------------------------
+
+
+def test_jit_vmap_grad_and_the_default_backend():
+    traces = []
+
+    @jax.jit
+    def f(p, theta):
+        traces.append(None)
+        c = qfx.Circuit([qfx.RX(theta, wires=0), qfx.CNOT(wires=(0, 1)), qfx.AmplitudeDamping(p, wires=1)])
+        return qfx.expval(c, qfx.Z(1))
+
+    def exact(p, theta):  # |1> on wire 1 with probability sin^2(theta / 2), damped to |0> with p
+        p1 = np.sin(theta / 2) ** 2 * (1 - p)
+        return 1 - 2 * p1
+
+    assert abs(float(f(0.2, 0.9)) - exact(0.2, 0.9)) < 1e-5
+    assert abs(float(f(0.5, 1.3)) - exact(0.5, 1.3)) < 1e-5
+    assert len(traces) == 1  # new values, no new compilation
+    ps = jnp.asarray([0.0, 0.3, 0.9])
+    assert np.allclose(jax.vmap(f, in_axes=(0, None))(ps, 0.7), [exact(float(p), 0.7) for p in ps], atol=1e-5)
+    dp, dt = jax.grad(f, argnums=(0, 1))(0.3, 0.7)
+    assert abs(float(dp) - 2 * np.sin(0.35) ** 2) < 1e-5
+    assert abs(float(dt) + np.sin(0.7) * 0.7) < 1e-5
+    # A circuit holding channels runs on the density matrix by default.
+    c = qfx.Circuit([qfx.H(0), qfx.DepolarizingChannel(0.3, wires=0)])
+    assert float(qfx.expval(c, qfx.X(0))) == float(qfx.expval(c, qfx.X(0), backend=qfx.DensityMatrix()))
+
+
+def test_sample_and_shot_estimates_on_the_density_matrix():
+    c = qfx.Circuit([qfx.RY(1.1, wires=0), qfx.BitFlip(0.2, wires=0), qfx.CNOT(wires=(0, 1))])
+    p1 = np.sin(0.55) ** 2 * 0.8 + np.cos(0.55) ** 2 * 0.2
+    shots = 20000
+    s = qfx.sample(c, key=jax.random.key(0), shots=shots)
+    assert s.shape == (shots, 2) and np.all(s[:, 0] == s[:, 1])
+    sigma = np.sqrt(p1 * (1 - p1) / shots)
+    assert abs(float(np.mean(s[:, 0])) - p1) < 5 * sigma
+    est = qfx.expval(
+        c, qfx.Z(0) + 0.5 * qfx.Hermitian(np.diag([1.0, -1.0]), 1), shots=shots, key=jax.random.key(1)
+    )
+    assert abs(float(est) - 1.5 * (1 - 2 * p1)) < 5 * 1.5 * 2 * sigma
+
+
+def test_initial_states_on_the_density_matrix(x64):
+    rng = np.random.default_rng(5)
+    c = qfx.Circuit([qfx.RX(0.4, wires=1), qfx.PhaseDamping(0.3, wires=0), qfx.CZ(wires=(0, 1))])
+    a = rng.normal(size=(4, 4)) + 1j * rng.normal(size=(4, 4))
+    rho0 = a @ a.conj().T
+    rho0 /= np.trace(rho0)
+    got = qfx.density_matrix(c, initial_state=rho0)
+    assert np.allclose(got, mref.final_rho(c, rho0), atol=1e-10)
+    psi = rng.normal(size=4) + 1j * rng.normal(size=4)
+    psi /= np.linalg.norm(psi)
+    assert np.allclose(qfx.density_matrix(c, initial_state=psi), mref.final_rho(c, np.outer(psi, psi.conj())))
+
+
+@pytest.mark.parametrize(
+    "make, error, match",
+    [
+        (lambda: qfx.BitFlip(1.5, wires=0), ValueError, r"BitFlip: p must be in \[0.0, 1.0\], got 1.5"),
+        (lambda: qfx.DepolarizingChannel(-0.1, wires=0), ValueError, "DepolarizingChannel: p must be in"),
+        (lambda: qfx.AmplitudeDamping(0.3j, wires=0), TypeError, "AmplitudeDamping: gamma must be real"),
+        (lambda: qfx.PhaseDamping(jnp.ones(2), wires=0), ValueError, "PhaseDamping: gamma must be a scalar"),
+        (lambda: qfx.GeneralizedAmplitudeDamping(0.1, 2.0, wires=0), ValueError, "p must be in"),
+        (lambda: qfx.ResetError(0.6, 0.5, wires=0), ValueError, "ResetError: p0 \\+ p1 must be at most 1"),
+        (
+            lambda: qfx.PauliError("XA", 0.1, wires=(0, 1)),
+            ValueError,
+            "PauliError: operators must be a string",
+        ),
+        (lambda: qfx.PauliError("XY", 0.1, wires=0), ValueError, "has 2 letter"),
+        (lambda: qfx.ThermalRelaxationError(0.1, 1.0, 2.5, 0.1, wires=0), ValueError, "t2 must be at most 2"),
+        (lambda: qfx.ThermalRelaxationError(0.1, 0.0, 0.5, 0.1, wires=0), ValueError, "t1 must be > 0"),
+        (lambda: qfx.ThermalRelaxationError(0.1, 1.0, 0.5, -1.0, wires=0), ValueError, "tq must be in"),
+        (lambda: qfx.QubitChannel([np.eye(2), np.eye(2)], wires=0), ValueError, "not trace preserving"),
+        (lambda: qfx.QubitChannel(np.eye(2), wires=0), ValueError, r"shape \(m, 2, 2\)"),
+        (lambda: qfx.BitFlip(0.1, wires=(0, 1)), ValueError, "BitFlip acts on 1 wire"),
+        (lambda: qfx.Circuit([qfx.BitFlip(0.1, wires=0)]).inverse(), ValueError, "has no inverse"),
+    ],
+)
+def test_channel_errors(make, error, match):
+    with pytest.raises(error, match=match):
+        make()
+
+
+def test_traced_strengths_are_accepted():
+    # Out of range under jit: not checked (a traced value), accepted as the other traced leaves are.
+    f = jax.jit(lambda p: qfx.BitFlip(p, wires=0).p)
+    assert float(f(0.3)) == pytest.approx(0.3)
+
+
+def test_backend_errors():
+    noisy = qfx.Circuit([qfx.H(0), qfx.BitFlip(0.1, wires=0)])
+    both = "qfx.DensityMatrix\\(\\).*qfx.Trajectories\\(\\)"
+    with pytest.raises(ValueError, match="qfx.StateVector\\(\\) cannot simulate.*" + both):
+        qfx.expval(noisy, qfx.Z(0), backend=qfx.StateVector())
+    with pytest.raises(ValueError, match="qfx.TensorNetwork\\(\\) cannot simulate.*" + both):
+        qfx.expval(noisy, qfx.Z(0), backend=qfx.TensorNetwork())
+    with pytest.raises(ValueError, match="diff=Adjoint\\(\\) works on the state vector"):
+        jax.grad(lambda c: qfx.expval(c, qfx.Z(0), diff=qfx.diff.Adjoint()))(noisy)
+    with pytest.raises(
+        ValueError, match="qfx.state: backend=qfx.DensityMatrix\\(\\) simulates a mixed state"
+    ):
+        qfx.state(noisy)
+    with pytest.raises(ValueError, match="the density matrix of 20 wires .* needs"):
+        qfx.expval(qfx.Circuit([qfx.BitFlip(0.1, wires=19)]), qfx.Z(0))
+    with pytest.raises(ValueError, match="initial_state: expected a state vector of shape \\(2,\\)"):
+        qfx.probs(noisy, initial_state=np.ones(3))
+    with pytest.raises(ValueError, match="initial_state: a density matrix must be Hermitian with trace 1"):
+        qfx.probs(noisy, initial_state=np.array([[1.0, 1.0], [0.0, 0.0]]))
+    with pytest.raises(
+        ValueError, match="BitFlip\\(wires=\\(0,\\)\\) has no shift rule for its parameter 'p'"
+    ):
+        jax.grad(lambda c: qfx.expval(c, qfx.Z(0), diff=qfx.diff.ParameterShift()))(noisy)
+
+
+def test_mid_circuit_measurements_and_control_flow_on_the_density_matrix():
+    m = qfx.measure(0)
+    noisy = qfx.Circuit([qfx.H(0), m, qfx.cond(m, qfx.X(1)), qfx.BitFlip(0.1, wires=1)])
+    assert np.allclose(qfx.probs(noisy), [0.45, 0.05, 0.05, 0.45], atol=1e-6)
+    # Without channels: the same as the state vector's exact mode, values and gradients.
+    m1 = qfx.measure(1, reset=True)
+    c = qfx.Circuit([qfx.RY(0.7, wires=1), qfx.RX(0.3, wires=0), m1, qfx.cond(m1, qfx.RY(0.5, wires=0))])
+
+    def f(c, **kw):
+        return qfx.expval(c, qfx.Z(0) + qfx.X(1), **kw)
+
+    dm, dm_grad = jax.value_and_grad(f)(c, backend=qfx.DensityMatrix())
+    sv, sv_grad = jax.value_and_grad(f)(c, mcm="exact")
+    assert abs(float(dm) - float(sv)) < 1e-6
+    assert tree_allclose(dm_grad, sv_grad, atol=1e-6)
+    # Outcomes that nothing reads are traced out: 6 measured wires keep one density matrix, not 64.
+    ops = [op for i in range(6) for op in (qfx.H(i), qfx.measure(i))] + [qfx.CNOT(wires=(0, 1))]
+    sim = _mixed.MixedSimulator(_control.Program(ops), 6)
+    assert sim.R == 0
+    assert np.allclose(
+        qfx.probs(qfx.Circuit(ops), wires=(0, 1), backend=qfx.DensityMatrix()), 0.25, atol=1e-6
+    )
