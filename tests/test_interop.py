@@ -27,8 +27,13 @@ QASM = Path(__file__).resolve().parent / "qasm"
 INPUTS = json.loads((QASM / "inputs.json").read_text())
 STD = 'OPENQASM 3.0;\ninclude "stdgates.inc";\n'
 QE = 'OPENQASM 2.0;\ninclude "qelib1.inc";\n'
-# qfx writes every gate here but QubitUnitary (no OpenQASM form) and the wrappers holding one.
-WRITABLE = {k: v for k, v in ALL_GATES.items() if not k.startswith("QubitUnitary") and k != "ControlledU2"}
+# qfx writes every gate here but the matrix-defined ones (QubitUnitary, StatePrep: no OpenQASM form) and
+# the wrappers holding one.
+WRITABLE = {
+    k: v
+    for k, v in ALL_GATES.items()
+    if not k.startswith(("QubitUnitary", "StatePrep")) and k != "ControlledU2"
+}
 
 
 def qiskit_order(probs_or_state, n):
@@ -184,9 +189,61 @@ def test_to_qasm_is_read_by_qiskit_with_the_same_state():
         np.testing.assert_allclose(got, reference.final_state(circuit), atol=1e-6)
 
 
+def test_excitation_gates_and_state_prep_cross_both_ways():
+    """The gates the templates add (Givens rotations, StatePrep) on 4 wires, where the random circuits'
+    3 wires leave DoubleExcitation out: to Qiskit, to OpenQASM 3 (read by Qiskit and by qfx) and from
+    PennyLane, against the reference simulator."""
+    qml = pytest.importorskip("pennylane")
+    qasm3 = pytest.importorskip("qiskit.qasm3")
+    Statevector = pytest.importorskip("qiskit.quantum_info").Statevector
+    pytest.importorskip("qiskit_qasm3_import")
+
+    rng = np.random.default_rng(8)
+    n = 4
+    prep = rng.normal(size=4) + 1j * rng.normal(size=4)
+    prep /= np.linalg.norm(prep)
+    circuit = qfx.Circuit(
+        [
+            *[qfx.RY(float(rng.uniform(-3, 3)), wires=w) for w in range(n)],
+            qfx.DoubleExcitation(0.7, wires=(2, 0, 3, 1)),
+            qfx.SingleExcitation(-1.1, wires=(3, 1)),
+            qfx.Adjoint(qfx.DoubleExcitation(0.4, wires=(0, 1, 2, 3))),
+            qfx.Controlled(qfx.SingleExcitation(0.9, wires=(0, 2)), controls=3),
+        ],
+        num_wires=n,
+    )
+    expected = reference.final_state(circuit)
+    got = qiskit_order(Statevector(qfx.interop.to_qiskit(circuit)).data, n)
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+    text = qfx.to_qasm(circuit)
+    np.testing.assert_allclose(qiskit_order(Statevector(qasm3.loads(text)).data, n), expected, atol=1e-6)
+    np.testing.assert_allclose(reference.final_state(qfx.from_qasm(text)), expected, atol=1e-6)
+    with pytest.raises(ValueError, match="DoubleExcitation.*has no OpenQASM 2 form; use version=3"):
+        qfx.to_qasm(circuit, version=2)
+    two = qfx.Circuit([qfx.H(0), qfx.SingleExcitation(0.3, wires=(0, 1))])
+    qasm2 = pytest.importorskip("qiskit.qasm2")
+    got = qiskit_order(Statevector(qasm2.loads(qfx.to_qasm(two, version=2))).data, 2)
+    np.testing.assert_allclose(got, reference.final_state(two), atol=1e-6)
+
+    with_prep = qfx.Circuit([qfx.StatePrep(prep, wires=(1, 3)), *circuit.ops], num_wires=n)
+    got = qiskit_order(Statevector(qfx.interop.to_qiskit(with_prep)).data, n)
+    np.testing.assert_allclose(got, reference.final_state(with_prep), atol=1e-6)
+    with pytest.raises(ValueError, match="StatePrep has no OpenQASM form"):
+        qfx.to_qasm(with_prep)
+
+    tape = qml.tape.QuantumScript(
+        [qml.StatePrep(prep, wires=[1, 3]), qml.DoubleExcitation(0.7, wires=[2, 0, 3, 1]),
+         qml.SingleExcitation(-1.1, wires=[3, 1])],
+        [qml.state()],
+    )  # fmt: skip
+    converted, _ = qfx.interop.from_pennylane(tape)
+    pl_state = qml.devices.DefaultQubit(wires=n).execute(tape)
+    np.testing.assert_allclose(reference.final_state(converted), np.asarray(pl_state), atol=1e-6)
+
+
 def _qasm2_writable(name):
     """Gates with an OpenQASM 2 form (it has no modifiers, so no negative controls, no controlled iSWAP)."""
-    return name not in ("CRot", "MultiControlledX", "AdjointISWAP", "ControlledISWAP")
+    return name not in ("CRot", "MultiControlledX", "AdjointISWAP", "ControlledISWAP", "DoubleExcitation")
 
 
 _PREP = "ry(0.3) q[0]; ry(0.7) q[1]; ry(1.1) q[2]; rz(0.2) q[0]; rz(0.7) q[1]; rz(1.2) q[2];\n"
@@ -326,8 +383,8 @@ def test_qiskit_measurements_and_conditionals_both_ways():
 @pytest.mark.parametrize("version", [3, 2])
 def test_qasm_round_trip_of_every_gate(version):
     rng = np.random.default_rng(3)
-    n = 3
     names = [k for k in WRITABLE if version == 3 or _qasm2_writable(k)]
+    n = max(WRITABLE[k][0] for k in names)
     circuit = prepared(qfx.Circuit([WRITABLE[k][1](rng, tuple(range(WRITABLE[k][0]))) for k in names]), n)
     back = qfx.from_qasm(qfx.to_qasm(circuit, version=version))
     np.testing.assert_allclose(reference.final_state(back), reference.final_state(circuit), atol=1e-6)
@@ -533,7 +590,8 @@ def test_inputs_under_grad_jit_and_vmap(x64):  # float64 angles: finite differen
 
 def test_programs_without_qubits_are_empty_circuits():
     for text in ("", "OPENQASM 2.0;", STD + "float x = 2.0;\ngphase(x);"):
-        assert qfx.from_qasm(text).ops == ()
+        circuit = qfx.from_qasm(text)
+        assert circuit.ops == () and circuit.num_wires == 1
 
 
 def test_from_qasm_reads_a_path_and_an_angle_input(tmp_path):

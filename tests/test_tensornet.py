@@ -582,7 +582,7 @@ def test_stacked_networks_are_split_to_fit_the_device(monkeypatch):
 def test_cutensornet_without_a_gpu_names_the_extra():
     if _gpu_ready():
         pytest.skip("a GPU is present")
-    with pytest.raises((RuntimeError, ImportError), match=r"qfx\[gpu\]"):
+    with pytest.raises((RuntimeError, ImportError), match=r"pip install -e '\.\[gpu\]' in a qfx checkout"):
         qfx.TensorNetwork(contractor="cutensornet")
 
 

@@ -11,6 +11,7 @@ _SAME = (
     "Identity", "PauliX", "PauliY", "PauliZ", "Hadamard", "S", "T", "SX", "RX", "RY", "RZ", "PhaseShift",
     "Rot", "U1", "U2", "U3", "CNOT", "CY", "CZ", "SWAP", "ISWAP", "CRX", "CRY", "CRZ", "CRot",
     "ControlledPhaseShift", "IsingXX", "IsingYY", "IsingZZ", "IsingXY", "Toffoli", "CSWAP", "MultiRZ",
+    "SingleExcitation", "DoubleExcitation",
 )  # fmt: skip
 
 
@@ -56,7 +57,7 @@ def from_pennylane(tape):
     for m in tape.measurements:
         obs = getattr(m, "obs", None)
         observables.append(None if obs is None else _observable(obs, wires, qml))
-    return Circuit(ops, num_wires=max(wires.values(), default=-1) + 1), observables
+    return Circuit(ops, num_wires=max(wires.values(), default=0) + 1), observables  # at least one wire
 
 
 def _operation(op, wires: dict, qml):
@@ -77,6 +78,8 @@ def _operation(op, wires: dict, qml):
         return g.Controlled(base, controls, [int(v) for v in op.control_values])
     if name == "QubitUnitary":
         return g.QubitUnitary(params[0], ws)
+    if name == "StatePrep":  # its parameter is the state already padded and normalised
+        return g.StatePrep(params[0], ws)
     if op.has_matrix:
         return g.QubitUnitary(np.asarray(op.matrix()), ws)
     raise ValueError(f"qfx.interop.from_pennylane: the operation {name} has no qfx form (and no matrix).")

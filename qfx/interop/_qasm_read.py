@@ -168,8 +168,8 @@ def from_qasm(source, inputs: dict | None = None) -> Circuit:
         raise QasmError(f"the program has more than {MAX_SOURCE_CHARS} characters, qfx's limit.")
     if inputs is not None and not isinstance(inputs, dict):
         raise TypeError(f"qfx.from_qasm: inputs must be a dict of name: value, got {type(inputs).__name__}.")
-    if not text.strip():  # the parser has no program to build: an empty circuit
-        return Circuit([])
+    if not text.strip():  # the parser has no program to build: an empty circuit (of one wire, the least)
+        return Circuit([], num_wires=1)
     program = _parse(text)
     reader = _Reader(dict(inputs or {}))
     reader.run_program(program)
@@ -179,7 +179,8 @@ def from_qasm(source, inputs: dict | None = None) -> Circuit:
             f"qfx.from_qasm: inputs {sorted(unused)} are not declared by the program (it declares "
             f"{sorted(reader.used_inputs) or 'none'}); pass only the program's inputs."
         )
-    return Circuit(reader.ops, num_wires=reader.num_qubits or None)  # no qubits: an empty circuit
+    # No qubits: an empty circuit of one wire (a circuit has at least one).
+    return Circuit(reader.ops, num_wires=max(reader.num_qubits, 1))
 
 
 def _is_array(x) -> bool:

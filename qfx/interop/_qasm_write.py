@@ -22,8 +22,15 @@ _DEFINITIONS = {
     "rzz": "gate rzz(theta) a, b { cx a, b; rz(theta) b; cx a, b; }",
     "xy": "gate xy(theta) a, b { rxx(-theta/2) a, b; ryy(-theta/2) a, b; }",
     "iswap": "gate iswap a, b { s a; s b; h a; cx a, b; cx b, a; h b; }",
+    # Givens rotations: the pair of basis states they mix made to differ in one bit by CNOTs, then a
+    # rotation of that bit controlled by the others' values in the pair.
+    "single_excitation": "gate single_excitation(theta) a, b { cx a, b; cry(theta) b, a; cx a, b; }",
+    "double_excitation": (
+        "gate double_excitation(theta) a, b, c, d { cx a, b; cx a, c; cx a, d; "
+        "negctrl @ ctrl @ ctrl @ ry(theta) b, c, d, a; cx a, d; cx a, c; cx a, b; }"
+    ),
 }
-_DEPENDS = {"xy": ("rxx", "ryy")}
+_DEPENDS = {"xy": ("rxx", "ryy"), "single_excitation": ("cry",)}
 # OpenQASM 2: the gates of the original qelib1.inc (all that Qiskit's OpenQASM 2 reader knows by default);
 # any other gate written is defined in the header, exactly (global phase included: cs = cu1(pi/2)).
 _QELIB1 = {"u3", "u2", "u1", "cx", "id", "x", "y", "z", "h", "s", "sdg", "t", "tdg", "rx", "ry", "rz", "cz"}
@@ -47,6 +54,7 @@ _PLAIN.update({"CSWAP": "cswap", "ISWAP": "iswap"})
 _ANGLES = {"RX": "rx", "RY": "ry", "RZ": "rz", "PhaseShift": "p", "U1": "u1", "U2": "u2", "U3": "u3"}
 _ANGLES.update({"CRX": "crx", "CRY": "cry", "CRZ": "crz", "ControlledPhaseShift": "cp", "Rot": "rot"})
 _ANGLES.update({"IsingXX": "rxx", "IsingYY": "ryy", "IsingZZ": "rzz", "IsingXY": "xy"})
+_ANGLES.update({"SingleExcitation": "single_excitation", "DoubleExcitation": "double_excitation"})
 # OpenQASM 2 (qelib1.inc) has no modifiers: these cover the wrapped gates it has names for.
 _QASM2_ADJOINT = {"S": "sdg", "T": "tdg", "SX": "sxdg"}
 _QASM2_CONTROLLED = {"Hadamard": "ch", "SX": "csx", "U3": "cu3", "PhaseShift": "cp", "U1": "cu1"}
@@ -54,6 +62,7 @@ _QASM2_CONTROLLED.update({"RX": "crx", "RY": "cry", "RZ": "crz", "PauliX": "cx",
 _QASM2_CONTROLLED.update({"PauliZ": "cz", "SWAP": "cswap", "CNOT": "ccx"})
 _NEGATED = ("RX", "RY", "RZ", "PhaseShift", "U1", "CRX", "CRY", "CRZ", "ControlledPhaseShift")
 _NEGATED += ("IsingXX", "IsingYY", "IsingZZ", "IsingXY", "MultiRZ", "PauliRot")
+_NEGATED += ("SingleExcitation", "DoubleExcitation")
 
 
 class _NoForm(ValueError):
@@ -329,7 +338,8 @@ class _Writer:
         if kind == "PauliRot":
             return [], self.pauli_gate(op.pauli_word), [self.fmt(op.theta)], list(op.wires)
         raise _NoForm(
-            f"qfx.to_qasm: {kind} has no OpenQASM form (a QubitUnitary's matrix is not decomposed)."
+            f"qfx.to_qasm: {kind} has no OpenQASM form (the matrix of a QubitUnitary or a StatePrep is not "
+            "decomposed)."
         )
 
     def pauli_gate(self, word: str) -> str:
@@ -362,7 +372,7 @@ class _Writer:
         name, params = None, []
         if kind in _PLAIN and kind != "ISWAP":
             name = _PLAIN[kind]
-        elif kind in _ANGLES and kind not in ("IsingYY", "IsingXY", "Rot"):
+        elif kind in _ANGLES and kind not in ("IsingYY", "IsingXY", "Rot", "DoubleExcitation"):
             name, params = _ANGLES[kind], [self.fmt(p) for p in op.parameters]
         elif kind in ("Rot", "IsingYY", "IsingXY", "ISWAP"):
             name = {"Rot": "rot", "IsingYY": "ryy", "IsingXY": "xy", "ISWAP": "iswap"}[kind]

@@ -73,7 +73,7 @@ def from_qiskit(circuit, parameters: dict | None = None) -> Circuit:
     state = {"bits": {}}
     qubits = {q: k for k, q in enumerate(circuit.qubits)}
     ops = _convert(circuit, qubits, values, state, _table())
-    return Circuit(ops, num_wires=circuit.num_qubits)
+    return Circuit(ops, num_wires=max(circuit.num_qubits, 1))  # a circuit has at least one wire
 
 
 def _angle(x, values):
@@ -330,7 +330,7 @@ def _qiskit_gate(op):
 
     kind = type(op).__name__
     wires = list(op.wires)
-    wrapped = isinstance(op, (g.Adjoint, g.Controlled)) or kind == "QubitUnitary"
+    wrapped = isinstance(op, (g.Adjoint, g.Controlled)) or kind in ("QubitUnitary", "StatePrep")
     p = [] if wrapped else [_number(x) for x in op.parameters]
     simple = {
         "Identity": lib.IGate, "PauliX": lib.XGate, "PauliY": lib.YGate, "PauliZ": lib.ZGate,
@@ -368,6 +368,15 @@ def _qiskit_gate(op):
         if not active:
             sub.global_phase = -p[0] / 2
         return sub.to_gate(label=kind), wires
+    if kind == "SingleExcitation":  # see qfx/interop/_qasm_write.py's definition
+        sub = _sub_circuit(2, [(lib.CXGate(), [0, 1]), (lib.CRYGate(p[0]), [1, 0]), (lib.CXGate(), [0, 1])])
+        return sub.to_gate(label=kind), wires
+    if kind == "DoubleExcitation":  # the rotation controlled on (b, c, d) = (0, 1, 1): ctrl_state 0b110
+        ladder = [(lib.CXGate(), [0, k]) for k in (1, 2, 3)]
+        turn = (lib.RYGate(p[0]).control(3, ctrl_state=6, annotated=False), [1, 2, 3, 0])
+        return _sub_circuit(4, ladder + [turn] + ladder[::-1]).to_gate(label=kind), wires
+    if kind == "StatePrep":
+        return lib.UnitaryGate(np.asarray(op.matrix(), np.complex128), check_input=False), wires[::-1]
     if kind == "MultiControlledX":
         n = len(wires) - 1
         state = sum(v << k for k, v in enumerate(op.control_values))
