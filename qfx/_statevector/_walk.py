@@ -240,6 +240,19 @@ def _kron_backward(gates: list, sizes, pair: Pair, n: int) -> tuple[list[list[Ar
     return [jax.tree.leaves(b) for b in gate_bars], (psi, lam.conj())
 
 
+def _varying(x) -> frozenset:
+    """The manual mesh axes over which `x` varies (inside `shard_map`; none elsewhere)."""
+    return getattr(getattr(jax.typeof(x), "manual_axis_type", None), "varying", frozenset())
+
+
+def _varying_like(x: Array, ref: Array) -> Array:
+    """`x` typed as varying over the manual mesh axes that `ref` varies over, so that all branches of a
+    `switch` agree where the state is sharded (`qfx/_statevector/_distributed.py`) and a gate without
+    parameters gives constant zeros."""
+    axes = tuple(sorted(_varying(ref) - _varying(x)))
+    return jax.lax.pcast(x, axes, to="varying") if axes else x
+
+
 def _partial_trace(c: Array, keep: int, k: int) -> Array:
     """The 2x2 block of a `(2,) * 2k` correlation on wire `keep` of its `k`, traced over the others."""
     letters = "abcdefghijklmnop"[:k]
@@ -282,7 +295,7 @@ def _blocks_backward(gates, pair: Pair, n: int) -> tuple[list[list[Array]], Pair
     def branch(gate):
         def step(pair):
             pair, leaves = _gate_step(gate, pair, n, looped=True)
-            packed = _real_view(leaves, dtype)
+            packed = _varying_like(_real_view(leaves, dtype), pair[0])
             return pair, jnp.pad(packed, (0, width - packed.shape[0]))
 
         return step
