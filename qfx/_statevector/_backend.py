@@ -75,10 +75,13 @@ class StateVector(AbstractStateVectorBackend):
       the computation, or carry a batch under `jax.vmap`).
 
     ```python
-    mesh = jax.make_mesh((8,), ("q",))  # e.g. XLA_FLAGS=--xla_force_host_platform_device_count=8
+    # The devices there are (XLA_FLAGS=--xla_force_host_platform_device_count=8 gives 8 host CPU ones).
+    k = 2 ** (jax.device_count().bit_length() - 1)
+    mesh = jax.make_mesh((k,), ("q",), devices=jax.devices()[:k], axis_types=(jax.sharding.AxisType.Auto,))
     sharded = qfx.StateVector(mesh=mesh)
-    qfx.expval(circ, qfx.Z(0) @ qfx.Z(1), backend=sharded)
-    qfx.state(circ, backend=sharded)  # a jax.Array sharded over the mesh's 8 devices
+    circ = qfx.Circuit([qfx.H(0), qfx.CNOT(wires=(0, 1)), qfx.RY(0.3, wires=2), qfx.CNOT(wires=(2, 3))])
+    qfx.expval(circ, qfx.Z(0) @ qfx.Z(1), backend=sharded)  # 1
+    qfx.state(circ, backend=sharded)  # a jax.Array sharded over the mesh's devices
     ```
     """
 

@@ -47,19 +47,17 @@ class Shards:
     def swap(self, s: Array, p: int, q: int) -> Array:
         """Exchanges the qubit at global position `p` with the one at local axis `q`.
 
-        The amplitudes whose local bit `q` equals this device's bit `p` stay; the others go to the device
-        whose bit `p` differs, which sends back its own such half: one exchange of half a shard between
-        pairs of devices."""
+        The amplitudes whose local bit `q` equals this device's bit `p` stay where they are; the other
+        half goes to the device whose bit `p` differs, and that device's such half takes its place (an
+        in-place update): one exchange of half a shard between pairs of devices, and two halves of
+        buffers besides the shard."""
         k = 2**self.g
         mask = 1 << (self.g - 1 - p)
-        b = self.device_bits()[p]
+        other = 1 - self.device_bits()[p]
         view = s.reshape(2**q, 2, 2 ** (self.local - q - 1))
-        keep = jax.lax.dynamic_index_in_dim(view, b, axis=1, keepdims=False)
-        send = jax.lax.dynamic_index_in_dim(view, 1 - b, axis=1, keepdims=False)
+        send = jax.lax.dynamic_slice_in_dim(view, other, 1, axis=1)
         recv = jax.lax.ppermute(send, self.axis, perm=[(e, e ^ mask) for e in range(k)])
-        zero_first = b == 0
-        low, high = jnp.where(zero_first, keep, recv), jnp.where(zero_first, recv, keep)
-        return jnp.stack([low, high], axis=1).reshape(-1)
+        return jax.lax.dynamic_update_slice_in_dim(view, recv, other, axis=1).reshape(-1)
 
     def permute(self, s: Array, perm: tuple[int, ...]) -> Array:
         return s.reshape((2,) * self.local).transpose(perm).reshape(-1)
