@@ -144,12 +144,11 @@ def main() -> None:
 
     import jax  # noqa: PLC0415
 
-    print(
-        f"Machine: {cpu_name()}, {os.cpu_count()} cores; jax {jax.__version__}; HEA(n, {args.layers}), complex64"
-    )
+    print(f"Machine: {cpu_name()}, {os.cpu_count()} cores; jax {jax.__version__}; HEA(n, {args.layers}), c64")
     print()
     print(
-        "| n | devices | expval first / steady | v&g (adjoint) first / steady | MiB per device (XLA) | peak RSS / devices (MiB) | state / devices (MiB) |"
+        "| n | devices | expval first / steady | v&g (adjoint) first / steady | MiB per device (XLA) | "
+        "peak RSS / devices (MiB) | state / devices (MiB) |"
     )
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for n in args.sizes:
