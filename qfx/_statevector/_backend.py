@@ -180,20 +180,20 @@ class StateVector(AbstractStateVectorBackend):
     def _sharded(self, fn, in_specs, out_specs):
         return jax.shard_map(fn, mesh=self.mesh, in_specs=in_specs, out_specs=out_specs)
 
+    def _state_sharding(self) -> jax.sharding.NamedSharding:
+        return jax.sharding.NamedSharding(self.mesh, PartitionSpec(self.axis_name))
+
     def _on_mesh(self, x: Array | None) -> Array | None:
         """`x` sharded over the axis (a state, or a bra), whatever its sharding was."""
         if x is None:
             return None
-        sharding = jax.sharding.NamedSharding(self.mesh, PartitionSpec(self.axis_name))
         kind = dict(zip(self.mesh.axis_names, self.mesh.axis_types, strict=True))[self.axis_name]
         if kind == jax.sharding.AxisType.Explicit:
-            return jax.reshard(x, sharding)
-        return jax.lax.with_sharding_constraint(x, sharding)
+            return jax.reshard(x, self._state_sharding())
+        return jax.lax.with_sharding_constraint(x, self._state_sharding())
 
     def evaluate(self, measurement, circuit, initial_state, args):
-        if self.mesh is not None:
-            return self.measure(measurement, self.simulate(circuit, initial_state), args)
-        if has_control(circuit.ops):
+        if self.mesh is None and has_control(circuit.ops):  # `prepare` refuses it with a mesh
             return evaluate_control(measurement, circuit, _start(circuit, initial_state), args, self.mcm)
         return self.measure(measurement, self.simulate(circuit, initial_state), args)
 
@@ -202,9 +202,7 @@ class StateVector(AbstractStateVectorBackend):
         return 2**wires * complex_dtype().itemsize
 
     def state_struct(self, circuit: Circuit) -> jax.ShapeDtypeStruct:
-        if self.mesh is None:
-            return jax.ShapeDtypeStruct((2**circuit.num_wires,), complex_dtype())
-        sharding = jax.sharding.NamedSharding(self.mesh, PartitionSpec(self.axis_name))
+        sharding = None if self.mesh is None else self._state_sharding()
         return jax.ShapeDtypeStruct((2**circuit.num_wires,), complex_dtype(), sharding=sharding)
 
     def simulate(self, circuit: Circuit, initial_state: Array | None) -> Array:
@@ -212,7 +210,6 @@ class StateVector(AbstractStateVectorBackend):
             return run(circuit.ops, _start(circuit, initial_state), circuit.num_wires)
         shards = self._shards(circuit.num_wires)
         sharded = PartitionSpec(self.axis_name)
-
         structure = shapes(circuit.ops)
 
         def local(ops, s):
@@ -243,7 +240,6 @@ class StateVector(AbstractStateVectorBackend):
             return leaves, bra0
         shards = self._shards(circuit.num_wires)
         sharded = PartitionSpec(self.axis_name)
-
         structure = shapes(circuit.ops)
 
         def local(ops, s, b):
