@@ -69,3 +69,10 @@ def check_fits(num_wires: int) -> None:
             f"{dtype.name} entries), but this device has {format_bytes(memory_limit_bytes())}. {advice}"
         )
     check_memory(2**num_wires, what, advice, copies=2)
+
+
+def fits_a_third_state(entries: int) -> bool:
+    """Whether a third array of `entries` default-complex entries fits beside the two that simulating a
+    state of that size holds. When it does not, the passes that would make one (a permutation gather's
+    index table and output, the flipped products of Pauli expectations) give way to leaner ones."""
+    return 3 * entries * complex_dtype().itemsize <= memory_limit_bytes()

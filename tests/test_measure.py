@@ -481,6 +481,44 @@ def test_memory_guards_count_the_arrays_held(monkeypatch):
     np.testing.assert_allclose(rho, np.full((32, 32), 1 / 32), atol=1e-6)
 
 
+def test_states_of_which_a_third_copy_would_not_fit_read_words_a_chunk_at_a_time(monkeypatch):
+    """Past a memory where a third state would not fit, Pauli words are read a chunk at a time: the same
+    values and gradients (against the reference and the shared-marginal path), without the flipped
+    products and marginals that the shared path holds (a state or more of XLA temporaries)."""
+
+    def pauli_sum(n):
+        words = ["Z0", f"Z{n - 1}", "X3", "Y2 Z5", f"X0 Y{n - 1}", f"X1 X{n - 2} Z4", "Y0 Y1 Y2", ""]
+        return qfx.LinearCombination.from_terms([(0.3 * (k + 1), w) for k, w in enumerate(words)])
+
+    def chunked(state_bytes):
+        monkeypatch.setattr(qfx._memory, "memory_limit_bytes", lambda: 3 * state_bytes - 1)
+
+    rng = np.random.default_rng(11)
+    n = 8
+    circuit, H = random_circuit(rng, n, 30, ANGLE_GATES), pauli_sum(n)
+    shared = jax.jit(jax.value_and_grad(lambda c: qfx.expval(c, H)))(circuit)
+    monkeypatch.setattr(_reductions, "_CHUNK_WIRES", 3)  # 32 chunks of 8 amplitudes
+    chunked(2**n * 8)
+    got = jax.jit(jax.value_and_grad(lambda c: qfx.expval(c, H)))(circuit)
+    assert np.isclose(float(got[0]), ref.expval(circuit, H), atol=1e-5)
+    assert tree_allclose(got, shared, rtol=1e-5, atol=1e-5)
+
+    monkeypatch.undo()
+    n = 14
+    ops = [qfx.RY(float(a), wires=i) for i, a in enumerate(rng.uniform(0, 3, n))]
+    circuit = qfx.Circuit(ops + [qfx.CNOT(wires=(i, i + 1)) for i in range(n - 1)] + ops, num_wires=n)
+    H = pauli_sum(n)
+
+    def temps():
+        return (
+            jax.jit(lambda c: qfx.expval(c, H)).lower(circuit).compile().memory_analysis().temp_size_in_bytes
+        )
+
+    before = temps()
+    chunked(2**n * 8)
+    assert temps() <= before - 2**n * 8
+
+
 def _ansatz(theta, n=5):
     ops = [qfx.RY(theta[i], wires=i) for i in range(n)] + [qfx.CNOT((i, i + 1)) for i in range(n - 1)]
     return qfx.Circuit(ops + [qfx.RX(theta[n + i], wires=i) for i in range(n)])

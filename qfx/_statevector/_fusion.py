@@ -28,6 +28,7 @@ import jax.numpy as jnp
 from jaxtyping import Array
 import numpy as np
 
+from .. import _memory
 from .._custom_types import complex_dtype
 from .._gates import AbstractGate, AbstractOperation
 
@@ -245,8 +246,10 @@ def _permutes(op) -> bool:
 
 def merge_permutations(ops: list, n: int) -> list:
     """`ops` with each run of at least `PERMUTATION_MIN_RUN` consecutive affine permutation gates replaced
-    by one `Permutation`, on states of at least `PERMUTATION_MIN_WIRES` qubits."""
-    if not PERMUTATION_MIN_WIRES <= n <= _PERMUTATION_MAX_WIRES:
+    by one `Permutation`, on states of at least `PERMUTATION_MIN_WIRES` qubits and of which a third copy
+    fits (the gather's index table and output come on top of the state: without them, the gates alone take
+    two states)."""
+    if not PERMUTATION_MIN_WIRES <= n <= _PERMUTATION_MAX_WIRES or not _memory.fits_a_third_state(2**n):
         return list(ops)
     out, run = [], []
 

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 from jaxtyping import Array
 import numpy as np
 
+from .. import _memory
 from .._custom_types import EXACT, real_dtype
 from .._memory import SEQUENTIAL_BYTES
 from .._observables import LinearCombination, PauliWord, Word
@@ -117,6 +118,8 @@ def pauli_expvals(state: Array, words: tuple[Word, ...], n: int) -> Array:
     `SCAN_MIN_PASSES` passes (a Hamiltonian of many unrelated words, as in chemistry), each word is one
     step of a scan instead: the program, and its compile time, no longer grow with the number of words.
     """
+    if words and not _memory.fits_a_third_state(state.size):
+        return _chunked_expvals(state, words, n)  # a third state (a product, a marginal) would not fit
     t = state.reshape((2,) * n)
     groups: dict[tuple[int, ...], list[int]] = {}
     for i, word in enumerate(words):
@@ -201,6 +204,46 @@ def _word_values_jvp(flipping, primals, tangents):
         return None, (_real_inner(psi, image), 2 * _real_inner(image, dpsi))
 
     return jax.lax.scan(step, None, (flips, signs, phases))[1]
+
+
+# The amplitudes `_chunked_expvals` reads at a time (the low wires of a basis index).
+_CHUNK_WIRES = 10
+
+
+def _chunked_expvals(state: Array, words: tuple[Word, ...], n: int) -> Array:
+    """`pauli_expvals` reading the state a chunk of `2**_CHUNK_WIRES` amplitudes at a time, for states
+    of which a third copy would not fit: the marginals and flipped products of `pauli_expvals` are
+    temporaries of up to one state, here a chunk is.
+
+    One word per step of an outer `lax.scan`, one chunk per step of an inner one (compiled once, whatever
+    the number of words). Chunk `j`, the amplitudes whose high bits are `j`, meets the chunk `j ^ f` of the
+    word's flips on the high bits, gathered by the flips on the low ones: `P|b> = i**ny
+    (-1)**parity(b & signs) |b ^ flips>` as in `_word_image`. The chunks' sums (exact to float32
+    rounding over `2**_CHUNK_WIRES` terms) are then added in stages (`_staged_sum`)."""
+    c = min(_CHUNK_WIRES, n)
+    high = n - c
+    t = state.reshape(2**high, 2**c)
+    flips, signs, phases = _word_masks(words, n, state.dtype)
+    low = (1 << c) - 1
+    local = jax.lax.iota(jnp.int32, 2**c)
+
+    def word(_, mask):
+        flip, sign, phase = mask
+
+        def chunk(_, j):
+            source = j ^ (flip >> c)
+            inner = local ^ (flip & low)
+            image = jax.lax.dynamic_index_in_dim(t, source, keepdims=False)[inner]
+            count = jax.lax.population_count
+            odd = (count(source & (sign >> c)) + count(inner & sign)) & 1
+            image = image * jnp.where(odd == 1, -phase, phase)
+            row = jax.lax.dynamic_index_in_dim(t, j, keepdims=False)
+            return None, jnp.sum(jnp.real(row) * jnp.real(image) + jnp.imag(row) * jnp.imag(image))
+
+        return None, _staged_sum(jax.lax.scan(chunk, None, jnp.arange(2**high, dtype=jnp.int32))[1], 0)
+
+    masks = (jnp.asarray(flips), jnp.asarray(signs), jnp.asarray(phases))
+    return jax.lax.scan(word, None, masks)[1].astype(real_dtype())
 
 
 def _by_flipping(flips: np.ndarray):

@@ -153,7 +153,8 @@ def from_qasm(source, inputs: dict | None = None) -> Circuit:
     - `inputs`: a dict giving a value to each `input float` / `input angle` of the program (Python floats
       or JAX arrays, traced ones too: build the circuit inside the function you differentiate).
 
-    **Returns:** a `qfx.Circuit` on as many wires as the program declares qubits.
+    **Returns:** a `qfx.Circuit` on as many wires as the program declares qubits (one if it declares
+    none).
 
     **Raises:** `qfx.interop.QasmError` (a `ValueError`) naming the line and column, for any text that is
     not a program qfx can read; `ValueError` for inputs that the program does not declare.

@@ -45,7 +45,7 @@ def from_qiskit(circuit, parameters: dict | None = None) -> Circuit:
       that is a linear expression of parameters (`2 * theta + 1`) follows traced values; any other
       expression needs concrete values.
 
-    **Returns:** a `qfx.Circuit` on `circuit.num_qubits` wires.
+    **Returns:** a `qfx.Circuit` on `circuit.num_qubits` wires (one for a circuit without qubits).
 
     ```python
     from qiskit import QuantumCircuit
