@@ -13,7 +13,8 @@ axes), `Swap`s, `Permute`s and `Loop`s (`Repeat` blocks, one `lax.scan`), with t
 time from the whole circuit: a gate acts where its wires are local; one that is diagonal on its global
 wires (a diagonal gate, or a control) acts on the device's slice of its matrix without moving anything;
 otherwise each global wire it needs is swapped with the local wire used furthest in the future (Belady's
-rule over the rest of the circuit). Nothing here runs JAX: the kernels are `_distributed.py`'s.
+rule over the rest of the circuit). The schedule reads structure only, never values; the kernels that run
+it are `_distributed.py`'s.
 """
 
 import functools
@@ -130,15 +131,14 @@ class Loop(eqx.Module):
 
 
 class _Shape:
-    """What the schedule needs to know of a gate: its wires, and those it acts on other than diagonally
-    (the ones it needs local). A gate is diagonal on a wire when its matrix has no entry between states
-    that differ there: a control, or any wire of a diagonal gate."""
+    """What the schedule needs to know of a gate: the wires it acts on other than diagonally (the ones it
+    needs local). A gate is diagonal on a wire when its matrix has no entry between states that differ
+    there: a control, or any wire of a diagonal gate."""
 
     def __init__(self, gate: AbstractGate):
-        self.wires = gate.wires
         leaves, treedef = jax.tree.flatten(gate)
         spec = tuple((tuple(np.shape(x)), np.dtype(x.dtype)) for x in leaves)
-        self.needs = frozenset(self.wires[i] for i in _needs(treedef, spec))
+        self.needs = frozenset(gate.wires[i] for i in _needs(treedef, spec))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -190,11 +190,6 @@ class _Layout:
         self.at = list(range(n))  # the logical wire at each physical position
         self.pos = list(range(n))  # the physical position of each logical wire
         self.swaps = 0
-
-    def copy(self) -> "_Layout":
-        other = _Layout(self.n, self.g, self.axis)
-        other.at, other.pos = list(self.at), list(self.pos)
-        return other
 
     def swap(self, p: int, q: int) -> Swap:
         a, b = self.at[p], self.at[q]
