@@ -212,8 +212,8 @@ _CHUNK_WIRES = 10
 
 def _chunked_expvals(state: Array, words: tuple[Word, ...], n: int) -> Array:
     """`pauli_expvals` reading the state a chunk of `2**_CHUNK_WIRES` amplitudes at a time, for states
-    of which a third copy would not fit: the marginals and flipped products of `pauli_expvals` are
-    temporaries of up to one state, here a chunk is.
+    of which a third copy would not fit: where the marginals and flipped products of `pauli_expvals` take
+    up to a state of temporaries, this takes a chunk.
 
     One word per step of an outer `lax.scan`, one chunk per step of an inner one (compiled once, whatever
     the number of words). Chunk `j`, the amplitudes whose high bits are `j`, meets the chunk `j ^ f` of the
