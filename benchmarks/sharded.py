@@ -110,12 +110,12 @@ def _mib(b: float) -> str:
     return f"{b / 2**20:.0f}"
 
 
-def swaps_per_layer(n: int, g: int) -> tuple[float, float]:
-    """Global-qubit swaps per layer of HEA and per wire of the QFT on `n` wires with `g` global ones."""
+def swaps_per_layer(n: int, g: int) -> tuple[int, int]:
+    """Global-qubit swaps per layer of HEA and in the whole QFT on `n` wires with `g` global ones."""
     import jax.numpy as jnp  # noqa: PLC0415
 
     import qfx  # noqa: PLC0415
-    from qfx._statevector._layout import schedule  # noqa: PLC0415
+    from qfx._statevector._layout import schedule, swap_count  # noqa: PLC0415
 
     def layer(t):
         return (
@@ -125,12 +125,12 @@ def swaps_per_layer(n: int, g: int) -> tuple[float, float]:
         )
 
     hea = qfx.Circuit([qfx.repeat(layer, jnp.zeros((4, n, 2)), num_wires=n)], num_wires=n)
-    _, hea_swaps = schedule(hea.ops, n, g, "q")  # a loop's body counted once: one layer, its restore
+    hea_swaps = swap_count(schedule(hea.ops, n, g, "q"))  # a loop's body once: one layer, its restore
     qft = []
     for i in range(n):
         qft.append(qfx.H(i))
         qft += [qfx.ControlledPhaseShift(3.14159 / 2 ** (j - i), wires=(j, i)) for j in range(i + 1, n)]
-    _, qft_swaps = schedule(qft, n, g, "q")
+    qft_swaps = swap_count(schedule(qft, n, g, "q"))
     return hea_swaps, qft_swaps
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import qfx
+from qfx._statevector._layout import schedule, swap_count
 
 from . import reference
 from .helpers import ANGLE_GATES, random_circuit, tree_allclose
@@ -87,6 +88,17 @@ def test_gates_diagonal_on_several_global_wires():
         np.testing.assert_allclose(
             qfx.state(circuit, backend=qfx.StateVector(mesh=_mesh(devices))), psi, atol=1e-5
         )
+
+
+def test_observables_that_flip_one_global_wire_share_one_swap():
+    n = 10
+    backend = qfx.StateVector(mesh=_mesh(8))
+    circuit = qfx.Circuit([qfx.H(w) for w in range(n)] + [qfx.RY(0.3 * w, wires=w) for w in range(n)])
+    obs = [qfx.X(0) @ qfx.Z(5), qfx.X(0) @ qfx.Y(6) + qfx.Z(1), 0.5 * qfx.X(0) @ qfx.X(7)]
+    jaxpr = str(jax.make_jaxpr(lambda c: qfx.expval(c, obs, backend=backend))(circuit))
+    circuit_swaps = swap_count(schedule(circuit.ops, n, 3, "q"))
+    assert jaxpr.count("ppermute") == circuit_swaps + 1  # X(0) swapped in once for the three observables
+    np.testing.assert_allclose(qfx.expval(circuit, obs, backend=backend), qfx.expval(circuit, obs), atol=1e-5)
 
 
 def _hea(n: int, layers: int, rng):

@@ -213,7 +213,7 @@ class StateVector(AbstractStateVectorBackend):
         structure = shapes(circuit.ops)
 
         def local(ops, s):
-            items, _ = schedule(ops, shards.n, shards.g, shards.axis, structure)
+            items = schedule(ops, shards.n, shards.g, shards.axis, structure)
             return shards.forward(items, shards.zero() if s is None else s)
 
         return self._sharded(local, (PartitionSpec(), sharded), sharded)(
@@ -246,7 +246,7 @@ class StateVector(AbstractStateVectorBackend):
             # The walk's cotangents as this device's partial sums (varying), added up explicitly: left
             # replicated, JAX would add them inside some transposes and not others.
             ops = jax.tree.map(lambda x: jax.lax.pcast(x, shards.axis, to="varying"), ops)
-            items, _ = schedule(ops, shards.n, shards.g, shards.axis, structure)
+            items = schedule(ops, shards.n, shards.g, shards.axis, structure)
             leaves, (_, b0) = shards.backward(items, (s, b))
             return [jax.lax.psum(x, shards.axis) for x in leaves], b0
 

@@ -166,26 +166,38 @@ class Shards:
         return t.reshape(-1)
 
     def expvals(self, s: Array, lcs) -> Array:
-        """`<O>` of each observable. Terms are grouped by the global wires on which they flip bits (X, Y;
-        any wire of a Hermitian term): a group with none is read on each device's shard as it is (a Z on
-        a global wire is the sign of the device's bit); the others after swapping those wires in."""
+        """`<O>` of each observable. Terms are grouped, across all the observables, by the global wires on
+        which they flip bits (X, Y; any wire of a Hermitian term): a group with none is read on each
+        device's shard as it is (a Z on a global wire is the sign of the device's bit); each other group
+        after swapping its wires in, once for all the observables."""
         device = self.device_bits()
-        out = []
-        for lc in lcs:
-            groups: dict = {}
+        groups: dict = {}
+        for i, lc in enumerate(lcs):
             for k, t in enumerate(lc.terms):
                 if isinstance(t, PauliWord):
                     far = tuple(w for w, letter in t.word if w < self.g and letter in "XY")
                 else:
                     far = tuple(w for w in t.wires if w < self.g)
-                groups.setdefault(far, []).append(k)
-            value = jnp.zeros((), real_dtype())
-            for far, at_terms in groups.items():
-                avoid = {w - self.g for k in at_terms for w in lc.terms[k].wires if w >= self.g}
-                st, at = self.localized(s, far, avoid)
+                groups.setdefault(far, []).append((i, k))
+
+        def avoid(members):
+            return {w - self.g for i, k in members for w in lcs[i].terms[k].wires if w >= self.g}
+
+        batches = []  # (far, members) read from one localized state
+        for far, members in groups.items():
+            if len(far) + len(avoid(members)) <= self.local:
+                batches.append((far, members))
+            else:  # too many local wires in use for one swap set: one per observable
+                for i in sorted({i for i, _ in members}):
+                    batches.append((far, [(j, k) for j, k in members if j == i]))
+        values = [jnp.zeros((), real_dtype()) for _ in lcs]
+        for far, members in batches:
+            st, at = self.localized(s, far, avoid(members))
+            for i in sorted({i for i, _ in members}):
+                ks = [k for j, k in members if j == i]
                 terms, signs = [], []
-                for k in at_terms:
-                    t = lc.terms[k]
+                for k in ks:
+                    t = lcs[i].terms[k]
                     sign = jnp.ones((), real_dtype())
                     if isinstance(t, PauliWord):
                         word = {}
@@ -200,10 +212,9 @@ class Shards:
                             Hermitian(t.matrix, [at[w] if w < self.g else w - self.g for w in t.wires])
                         )
                     signs.append(sign)
-                coeffs = lc.coeffs[np.asarray(at_terms, dtype=np.int32)] * jnp.stack(signs)
-                value = value + _expvals(st, (LinearCombination(coeffs, terms),), self.local)[0]
-            out.append(jax.lax.psum(value, self.axis))
-        return jnp.stack(out)
+                coeffs = lcs[i].coeffs[np.asarray(ks, dtype=np.int32)] * jnp.stack(signs)
+                values[i] = values[i] + _expvals(st, (LinearCombination(coeffs, terms),), self.local)[0]
+        return jax.lax.psum(jnp.stack(values), self.axis)
 
     def sample(self, s: Array, wires: tuple[int, ...], key, shots: int) -> Array:
         """`shots` outcomes of `wires`, drawn where the amplitudes are: each shot's device from the

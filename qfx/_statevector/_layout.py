@@ -189,13 +189,11 @@ class _Layout:
         self.n, self.g, self.axis = n, g, axis
         self.at = list(range(n))  # the logical wire at each physical position
         self.pos = list(range(n))  # the physical position of each logical wire
-        self.swaps = 0
 
     def swap(self, p: int, q: int) -> Swap:
         a, b = self.at[p], self.at[q]
         self.at[p], self.at[q] = b, a
         self.pos[a], self.pos[b] = q, p
-        self.swaps += 1
         return Swap(p, q - self.g)
 
     def local(self, w: int) -> int:
@@ -288,14 +286,18 @@ def _schedule(ops, shapes: list, layout: _Layout, future: list) -> list:
     return items
 
 
-def schedule(ops, n: int, g: int, axis: str, structure: list | None = None) -> tuple[list, int]:
+def schedule(ops, n: int, g: int, axis: str, structure: list | None = None) -> list:
     """The program of `ops` (gates and `Repeat` blocks on `n` wires) on a state whose first `g` positions
-    are global, ending in the identity layout; and the number of swaps it makes (a loop's counted once).
+    are global, ending in the identity layout.
 
     `structure` is `shapes(ops)`, read outside `shard_map` (it evaluates the gates' matrices at probe
     values, which JAX refuses inside it) by the caller that then schedules inside."""
     layout = _Layout(n, g, axis)
     ops = list(ops)
     items = _schedule(ops, shapes(ops) if structure is None else structure, layout, [])
-    items += layout.restore(list(range(n)))
-    return items, layout.swaps
+    return items + layout.restore(list(range(n)))
+
+
+def swap_count(items: list) -> int:
+    """The swaps of a program, a `Loop`'s body counted once."""
+    return sum(swap_count(i.body) if isinstance(i, Loop) else isinstance(i, Swap) for i in items)
