@@ -1,13 +1,9 @@
 """qfx in one page: build a circuit, measure it, differentiate it, batch it, sample it, train it.
 
-Run with `python examples/quickstart.py`; it takes a few seconds on a CPU. It saves a drawing of the circuit
-as `quickstart_circuit.png` in the directory named by `QFX_EXAMPLES_OUT` (by default the system's temporary
-directory).
+Run with `python examples/quickstart.py`; it takes a few seconds on a CPU. Every call below is made the
+way a first script makes it, without `jax.jit`: qfx compiles each measurement once per circuit structure
+and reuses the program. (`examples/vqe_optax.py` also saves a matplotlib drawing of its circuit.)
 """
-
-import os
-from pathlib import Path
-import tempfile
 
 import equinox as eqx
 import jax
@@ -80,9 +76,6 @@ for i in range(2):
     print(f"  step {i}: <H> before the update = {float(energy):+.6f}")
 print(f"  after:  <H> = {float(qfx.expval(circ, H)):+.6f}")
 
-# What the circuit holds and needs, and a matplotlib drawing of it (saved where QFX_EXAMPLES_OUT says).
+# What the circuit holds and needs.
 print("\nqfx.specs(circ):")
 print(qfx.specs(circ))
-drawing = Path(os.environ.get("QFX_EXAMPLES_OUT") or tempfile.gettempdir()) / "quickstart_circuit.png"
-qfx.draw_mpl(circ).savefig(drawing, dpi=100)
-print(f"\ncircuit drawing: {drawing}")

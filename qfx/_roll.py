@@ -133,16 +133,22 @@ def roll(circuit: Circuit, *, on_host: bool = False) -> Circuit:
     `on_host`: the leaves are concrete (an eager call): the plan is cached per structure and the layers'
     leaves are stacked with NumPy, with no device kernel to run or compile."""
     if on_host:
-        leaves, treedef = jax.tree.flatten(circuit)
-        plan = _plan(treedef, tuple(_aval(x) for x in leaves))
-        if plan is None:
-            return circuit
-        rolled, index = plan
-        host = [
-            np.stack([np.asarray(leaves[i]) for i in k]) if isinstance(k, tuple) else leaves[k] for k in index
-        ]
-        return jax.tree.unflatten(rolled, host)
+        return roll_on_host(circuit)[0]
     ops = roll_ops(circuit.ops, circuit.num_wires)
     if len(ops) == len(circuit.ops):
         return circuit
     return Circuit(ops, circuit.num_wires)
+
+
+def roll_on_host(circuit: Circuit) -> tuple[Circuit, tuple | None]:
+    """`roll(circuit, on_host=True)`, and where each leaf of the rolled circuit comes from: for each, the
+    position of the original leaf or the tuple of positions that it stacks (None when nothing rolls)."""
+    leaves, treedef = jax.tree.flatten(circuit)
+    plan = _plan(treedef, tuple(_aval(x) for x in leaves))
+    if plan is None:
+        return circuit, None
+    rolled, index = plan
+    host = [
+        np.stack([np.asarray(leaves[i]) for i in k]) if isinstance(k, tuple) else leaves[k] for k in index
+    ]
+    return jax.tree.unflatten(rolled, host), index

@@ -11,6 +11,7 @@ import pytest
 
 import qfx
 from qfx import _roll
+from qfx._scan import packed_scan
 
 from . import reference as ref
 from .helpers import central_difference, tree_allclose
@@ -174,3 +175,99 @@ def test_a_new_structure_compiles_anew():
     a = qfx.expval(_flat(_theta(10, 4, 3)), obs)
     b = qfx.expval(_flat(_theta(10, 4, 3), suffix=[qfx.X(0)]), obs)
     assert float(a) == pytest.approx(-float(b), abs=1e-5)
+
+
+def test_eager_reverse_mode_matches_the_jitted_derivatives():
+    """Eager `jax.grad`, `jax.jacrev` (its pullback vmapped over cotangents) and `jax.value_and_grad` go
+    through the rolled forward and pullback programs (`_reverse`): the same numbers as under `jax.jit`,
+    whether the circuit, a parameter array it is built from, or the observable's coefficients are
+    differentiated."""
+    theta = _theta(11, 6, 3)
+    obs = [qfx.Z(0) @ qfx.Z(1), qfx.X(2), qfx.Y(1)]
+
+    def values(t):
+        return qfx.expval(_flat(t), obs)
+
+    jac = jax.jacrev(values)(theta)
+    assert jac.shape == (3, *theta.shape)
+    assert tree_allclose(jac, jax.jit(jax.jacrev(values))(theta), rtol=1e-5, atol=1e-6)
+    by_reference = [
+        central_difference(lambda t, o=o: ref.expval(_reference(t), o), np.asarray(theta)) for o in obs
+    ]
+    np.testing.assert_allclose(jac, np.stack(by_reference), atol=1e-4)
+
+    circ = _flat(theta)
+    value, grad = jax.value_and_grad(lambda c: qfx.expval(c, obs[1]))(circ)
+    assert float(value) == pytest.approx(ref.expval(_reference(theta), obs[1]), abs=1e-5)
+    assert tree_allclose(grad, jax.jit(jax.grad(lambda c: qfx.expval(c, obs[1])))(circ), rtol=1e-5, atol=1e-6)
+
+    def weighted(w):
+        return qfx.expval(circ, w[0] * obs[0] + w[1] * obs[1])
+
+    w = jnp.asarray([0.7, -1.3], jnp.float32)
+    expected = jnp.asarray([ref.expval(_reference(theta), o) for o in obs[:2]], jnp.float32)
+    np.testing.assert_allclose(jax.grad(weighted)(w), expected, atol=1e-5)
+
+
+def test_packed_scan_is_the_scan_it_replaces():
+    """Leaves of several dtypes and shapes in, stacked outputs of several dtypes out, forwards and in
+    reverse, and differentiated: the same as `lax.scan`."""
+    rng = np.random.default_rng(3)
+    xs = {
+        "a": jnp.asarray(rng.normal(size=(5,)), jnp.float32),
+        "b": jnp.asarray(rng.normal(size=(5, 2, 3)), jnp.float32),
+        "c": jnp.asarray(rng.normal(size=(5, 2)) + 1j * rng.normal(size=(5, 2)), jnp.complex64),
+        "k": jnp.arange(5, dtype=jnp.int32),
+    }
+
+    def step(carry, x):
+        carry = (
+            carry * jnp.cos(x["a"]) + jnp.sum(x["b"]) + jnp.sum(jnp.abs(x["c"])) * x["k"].astype(jnp.float32)
+        )
+        return carry, {
+            "s": jnp.sin(carry) * x["b"],
+            "c": x["c"] * carry.astype(jnp.complex64),
+            "k": x["k"] + 1,
+        }
+
+    for reverse in (False, True):
+        for checkpoint in (False, True):
+            got = packed_scan(step, jnp.float32(0.5), xs, 5, reverse=reverse, checkpoint=checkpoint)
+            want = jax.lax.scan(step, jnp.float32(0.5), xs, 5, reverse=reverse)
+            assert jax.tree.structure(got) == jax.tree.structure(want)
+            assert tree_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+            def loss(xs, scan):
+                carry, ys = scan(xs)
+                return carry + jnp.sum(ys["s"]) + jnp.sum(jnp.real(ys["c"]))
+
+            def packed(v, reverse=reverse, checkpoint=checkpoint):
+                return packed_scan(step, jnp.float32(0.5), v, 5, reverse, checkpoint)
+
+            def plain(v, reverse=reverse):
+                return jax.lax.scan(step, jnp.float32(0.5), v, length=5, reverse=reverse)
+
+            params = {k: xs[k] for k in "abc"}
+            grads = [
+                jax.grad(lambda d, scan=scan: loss({**xs, **d}, scan))(params) for scan in (packed, plain)
+            ]
+            assert tree_allclose(*grads, rtol=1e-5, atol=1e-5)
+
+
+def test_eager_forward_mode_and_linearize_still_work():
+    """`jax.linearize` linearises as `jax.vjp` does, but its linear function runs forwards, which a
+    reverse-only rule cannot: it keeps JAX's own route, as do `jax.jvp` and `jax.hessian`."""
+    circ = _flat(_theta(12, 5, 3))
+    tangent = jax.tree.map(lambda x: jnp.full_like(x, 0.5), circ)
+
+    def f(c):
+        return qfx.expval(c, qfx.X(0) @ qfx.Z(2))
+
+    value, linear = jax.linearize(f, circ)
+    primal, forward = jax.jvp(f, (circ,), (tangent,))
+    assert float(value) == pytest.approx(float(primal), abs=1e-6)
+    assert float(linear(tangent)) == pytest.approx(float(forward), abs=1e-5)
+    grads = jax.tree.leaves(jax.grad(f)(circ))
+    along = sum(jnp.sum(g * t) for g, t in zip(grads, jax.tree.leaves(tangent), strict=True))
+    assert float(forward) == pytest.approx(float(along), abs=1e-5)
+    assert abs(float(forward)) > 1e-3

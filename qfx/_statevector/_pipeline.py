@@ -1,11 +1,11 @@
 """The state-vector pipeline: the fusion passes, decided in one place, then the kernels that run the
 result."""
 
-import jax
 from jaxtyping import Array
 
 from .._circuit import Repeat
 from .._gates import AbstractGate
+from .._scan import packed_scan
 from . import _fusion
 from ._fusion import KronLayer, fuse, kron_layers, pair_one_qubit
 from ._kernels import apply_gate
@@ -42,11 +42,10 @@ def run(ops, state: Array, n: int) -> Array:
 
             # Checkpointed: reverse mode keeps one state per layer and recomputes inside the layer,
             # instead of saving every gate's intermediates for every layer.
-            @jax.checkpoint
             def layer(s, body):
                 return run(body.ops, s, n), None
 
-            state, _ = jax.lax.scan(layer, state, op.body, length=op.length)
+            state, _ = packed_scan(layer, state, op.body, length=op.length, checkpoint=True)
         elif isinstance(op, Staircase):
             state = apply_staircase(state, op, n)
         elif isinstance(op, KronLayer):

@@ -10,6 +10,7 @@ from jaxtyping import Array
 from .._circuit import Repeat
 from .._coordinates import from_real_coordinates, real_coordinates
 from .._custom_types import EXACT
+from .._scan import packed_scan
 from ._fusion import KronLayer, fuse, kron_layers, pair_one_qubit
 from ._kernels import apply_diagonal, apply_gate, apply_matrix, operator_form
 from ._kronlayer import kron_groups, rotate_through
@@ -334,7 +335,7 @@ def backward(ops, pair: Pair, n: int) -> tuple[list[Array], Pair]:
                 leaves, pair = backward(body.ops, pair, n)
                 return pair, leaves
 
-            pair, cotangents[stop - 1] = jax.lax.scan(layer, pair, op.body, length=op.length, reverse=True)
+            pair, cotangents[stop - 1] = packed_scan(layer, pair, op.body, length=op.length, reverse=True)
             stop -= 1
             continue
         start = stop
