@@ -132,9 +132,10 @@ def _run(diff, backend, measurement, circuit, initial_state, args, single):
 
 
 # XLA's CPU backend emits each kernel through MLIR ("fusion emitters") unless told to use its classic
-# emitters, which compile the same kernels 1.3-5x faster (with no loss at run time measured here: HEA
-# value_and_grad at n = 8-20 ran within noise of the default). The option is an XLA compile option of these
-# programs alone: the user's own `jax.jit`s keep their settings. Dropped where this XLA does not know it.
+# emitters, which compile the same kernels 1.3-5x faster (at run time within noise of the default in HEA
+# value_and_grad at n = 8-20, 4-15% slower in `benchmarks/compile_options.py`). The option is an XLA
+# compile option of these programs alone: the user's own `jax.jit`s keep their settings. Dropped where
+# this XLA does not know it.
 _FAST_COMPILE = {"xla_cpu_use_fusion_emitters": False}
 
 
