@@ -1,8 +1,9 @@
 """qfx in one page: build a circuit, measure it, differentiate it, batch it, sample it, train it.
 
-Run with `python examples/quickstart.py`; it takes a few seconds on a CPU. Every call below is made the
-way a first script makes it, without `jax.jit`: qfx compiles each measurement once per circuit structure
-and reuses the program. (`examples/vqe_optax.py` also saves a matplotlib drawing of its circuit.)
+Run with `python examples/quickstart.py`; it takes a few seconds on a CPU. The measurements below are
+called the way a first script calls them, without `jax.jit`: qfx compiles each once per circuit structure
+and reuses the program. The training step at the end is jitted, as a loop's should be.
+(`examples/vqe_optax.py` also saves a matplotlib drawing of its circuit.)
 """
 
 import equinox as eqx
