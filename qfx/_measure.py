@@ -135,7 +135,7 @@ def _run(diff, backend, measurement, circuit, initial_state, args, single):
 # emitters, which compile the same kernels 1.3-5x faster (at run time within noise of the default in HEA
 # value_and_grad at n = 8-20, 4-15% slower in `benchmarks/compile_options.py`). The option is an XLA
 # compile option of these programs alone: the user's own `jax.jit`s keep their settings. Dropped where
-# this XLA does not know it.
+# this XLA does not know it, and under a transformation (JAX takes options only on a top-level jit).
 _FAST_COMPILE = {"xla_cpu_use_fusion_emitters": False}
 
 
@@ -167,12 +167,7 @@ class _Program:
             return self.plain(*args)
         if self.fast is None:
             self.fast = eqx.filter_jit(self.fn, compiler_options=_options())
-        try:
-            return self.fast(*args)
-        except ValueError as e:  # concrete values, but inside a transformation's rule: JAX refuses options
-            if "compiler_options" not in str(e):
-                raise
-            return self.plain(*args)
+        return self.fast(*args)
 
 
 _compiled = _Program(_run)
