@@ -152,6 +152,20 @@ def _options() -> dict:
     return _FAST_COMPILE
 
 
+try:  # JAX's own test for "no transformation is tracing now"; private, hence guarded
+    from jax._src.core import trace_ctx as _trace_ctx
+except ImportError:  # pragma: no cover
+    _trace_ctx = None
+
+
+def _top_level() -> bool:
+    """Whether no transformation is tracing now. A call under `jax.jit` may have no traced arguments (a
+    circuit of constants built inside the traced function), and JAX refuses compiler options on a nested
+    jit. JAX has no public test for this; where its private one is missing, qfx compiles with the defaults."""
+    is_top_level = getattr(_trace_ctx, "is_top_level", None)
+    return bool(is_top_level()) if is_top_level is not None else False
+
+
 class _Program:
     """`fn` compiled once per structure, as `eqx.filter_jit` does: arrays are traced, everything else (the
     circuit's wires and gate kinds, the strategies' settings, shot counts) is static and keys the cache,
@@ -163,7 +177,9 @@ class _Program:
         self.fn, self.plain, self.fast = fn, eqx.filter_jit(fn), None
 
     def __call__(self, *args):
-        if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(args)) or not _options():
+        if not (_options() and _top_level()) or any(
+            isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(args)
+        ):
             return self.plain(*args)
         if self.fast is None:
             self.fast = eqx.filter_jit(self.fn, compiler_options=_options())

@@ -28,7 +28,12 @@ def _groups(leaves) -> dict:
 def _pack(leaves, groups: dict, lead: int) -> list:
     out = []
     for idx in groups.values():
-        parts = [jnp.reshape(leaves[i], leaves[i].shape[:lead] + (-1,)) for i in idx]
+        # The flat size is spelled out: `-1` is ambiguous for zero layers.
+        shapes = [leaves[i].shape for i in idx]
+        parts = [
+            jnp.reshape(leaves[i], s[:lead] + (int(np.prod(s[lead:], dtype=np.int64)),))
+            for i, s in zip(idx, shapes, strict=True)
+        ]
         out.append(parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=lead))
     return out
 

@@ -35,3 +35,16 @@ def _undo_and_forget_programs(self):
 
 pytest.MonkeyPatch.setattr = _setattr_and_forget_programs
 pytest.MonkeyPatch.undo = _undo_and_forget_programs
+
+
+# The longest tests (subprocesses with forced host devices; the 8-device one takes minutes on two cores)
+# go first, so that under `pytest -n 2` one worker runs each while the other runs the rest, instead of
+# starting late and running alone at the end.
+_FIRST = (
+    "tests/test_sharded.py::test_on_eight_host_devices",
+    "tests/test_sharded.py::test_two_processes_agree_with_one",
+)
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: _FIRST.index(item.nodeid) if item.nodeid in _FIRST else len(_FIRST))

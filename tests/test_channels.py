@@ -10,6 +10,7 @@ import pytest
 import qfx
 from qfx import _control
 from qfx._densitymatrix import _control as _mixed
+from qfx._densitymatrix._doubled import SuperBlock, doubled
 
 from . import reference_mixed as mref
 from .helpers import ANGLE_GATES, central_difference, random_unitary, tree_allclose
@@ -150,6 +151,50 @@ def test_random_noisy_circuits_match_the_reference_complex128(x64):
     rng = np.random.default_rng(2)
     obs = qfx.Z(0) @ qfx.Z(1) + 0.7 * qfx.X(2)
     _check_against_reference(random_noisy_circuit(rng, 3, 18), obs, 1e-10)
+
+
+def test_superoperator_blocks_on_four_wires_flat_and_repeated(x64):
+    """Runs of gates and channels on one or two wires become one superoperator per block (a CNOT with the
+    channels after it, one-wire blocks paired): a noisy HEA layer on n wires is n - 1 passes. Random noisy
+    circuits on four wires (wires in either order, three-wire gates between the blocks), flat and as the
+    layers of a `Repeat`, match the reference, values and gradients."""
+    n = 4
+    layer = [qfx.RY(0.3 * i, wires=i) for i in range(n)] + [qfx.RZ(0.2, wires=i) for i in range(n)]
+    layer += [qfx.CNOT(wires=(i, i + 1)) for i in range(n - 1)]
+    model = qfx.NoiseModel([qfx.AfterGates(qfx.DepolarizingChannel(0.01, wires=0))])
+    ops = doubled(model(qfx.Circuit(layer, num_wires=n)).ops, n)
+    assert [(type(op), op.wires) for op in ops] == [
+        (SuperBlock, (i, i + 1, i + n, i + 1 + n)) for i in range(n - 1)
+    ]
+    one_wire = doubled(model(qfx.Circuit(layer[: 2 * n], num_wires=n)).ops, n)
+    assert [op.wires for op in one_wire] == [(0, 1, 4, 5), (2, 3, 6, 7)]
+
+    rng = np.random.default_rng(7)
+    obs = qfx.Z(0) @ qfx.X(3) + 0.5 * qfx.Y(1) - 0.25 * qfx.Z(2)
+    channels = {k: v for k, v in ALL_CHANNELS.items() if not k.startswith("QubitChannel")}
+    # One block on (0, 1) holding operations on (1, 0), on 1 and on 0 too.
+    head = [qfx.CRX(0.4, wires=(0, 1)), qfx.DepolarizingChannel(0.1, wires=1), qfx.CNOT(wires=(1, 0))]
+    head += [qfx.PauliError("XY", 0.1, wires=(1, 0)), qfx.RX(0.3, wires=0)]
+    assert [type(op) for op in doubled(head, n)] == [SuperBlock]
+    flat = random_noisy_circuit(rng, n, 24, channels)
+    flat = qfx.Circuit(head + list(flat.ops), num_wires=n)
+    assert abs(float(qfx.expval(flat, obs)) - mref.expval(flat, obs)) < 1e-10
+    layers = [random_noisy_circuit(np.random.default_rng(8), n, 9, channels) for _ in range(3)]
+    for i, c in enumerate(layers):  # one structure, different values in each layer
+        layers[i] = jax.tree.map(lambda x, i=i: x * (1 + 0.1 * i) if eqx.is_inexact_array(x) else x, c)
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *layers)
+    params, rest = _params_of(qfx.Circuit([*flat.ops[:5], qfx.Repeat(stacked), *flat.ops[5:9]], num_wires=n))
+    value, g = jax.jit(jax.value_and_grad(lambda p: qfx.expval(eqx.combine(p, rest), obs)))(params)
+    assert abs(float(value) - mref.expval(eqx.combine(params, rest), obs)) < 1e-10
+    want = central_difference(lambda p: mref.expval(eqx.combine(p, rest), obs), params, eps=1e-6)
+    assert tree_allclose(g, want, rtol=1e-6, atol=1e-7)
+    # Bodies without leaves (their blocks are constants, broadcast over the layers), and no layers at all.
+    fixed = qfx.Circuit([qfx.H(0), qfx.CNOT(wires=(0, 1)), qfx.T(1), qfx.SWAP(wires=(1, 2))], num_wires=n)
+    noise = [qfx.DepolarizingChannel(0.1, wires=0), qfx.AmplitudeDamping(0.2, wires=2)]
+    c = qfx.Circuit([qfx.Repeat(fixed, length=3), *noise], num_wires=n)
+    assert abs(float(qfx.expval(c, obs)) - mref.expval(c, obs)) < 1e-10
+    empty = qfx.Circuit([qfx.H(0), qfx.Repeat(jax.tree.map(lambda x: x[:0], stacked)), *noise], num_wires=n)
+    assert abs(float(qfx.expval(empty, obs)) - mref.expval(empty, obs)) < 1e-10
 
 
 def _params_of(circuit):

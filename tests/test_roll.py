@@ -252,6 +252,12 @@ def test_packed_scan_is_the_scan_it_replaces():
                 jax.grad(lambda d, scan=scan: loss({**xs, **d}, scan))(params) for scan in (packed, plain)
             ]
             assert tree_allclose(*grads, rtol=1e-5, atol=1e-5)
+    # No layers: the carry comes back unchanged, the stacked outputs empty.
+    empty = jax.tree.map(lambda x: x[:0], xs)
+    got = packed_scan(step, jnp.float32(0.5), empty, 0, checkpoint=True)
+    want = jax.lax.scan(step, jnp.float32(0.5), empty, 0)
+    assert jax.tree.structure(got) == jax.tree.structure(want)
+    assert tree_allclose(got, want, rtol=0, atol=0)
 
 
 def test_eager_forward_mode_and_linearize_still_work():
