@@ -177,9 +177,7 @@ class _Program:
         self.fn, self.plain, self.fast = fn, eqx.filter_jit(fn), None
 
     def __call__(self, *args):
-        if not (_options() and _top_level()) or any(
-            isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(args)
-        ):
+        if not (_options() and _top_level()):  # traced arguments mean a transformation is tracing
             return self.plain(*args)
         if self.fast is None:
             self.fast = eqx.filter_jit(self.fn, compiler_options=_options())
