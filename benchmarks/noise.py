@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 from pathlib import Path
+import resource
 import statistics
 import subprocess
 import sys
@@ -201,7 +202,9 @@ def worker(lib, n, count):
     fn, args = _trajectories(n, count) if lib == "trajectories" else BUILD[lib](n)
     first, steady, (value, _) = _time(fn, args)
     value = float(np.mean(np.asarray(value)))
-    print("RESULT " + json.dumps({"lib": lib, "n": n, "first": first, "steady": steady, "value": value}))
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    result = {"lib": lib, "n": n, "first": first, "steady": steady, "value": value, "rss": rss}
+    print("RESULT " + json.dumps(result))
 
 
 def run(lib, n, count, cap, peers_python):
@@ -265,7 +268,8 @@ def main():
         else:
             print(
                 f"\n{a.trajectories} trajectories at n = {a.traj_wires}, one vmapped value_and_grad: "
-                f"first call {_ms(r['first'])}, steady state {_ms(r['steady'])}; mean value {r['value']:.4f}"
+                f"first call {_ms(r['first'])}, steady state {_ms(r['steady'])}, "
+                f"peak RSS {r['rss']:.0f} MiB; mean value {r['value']:.4f}"
             )
 
 

@@ -3,6 +3,7 @@ values, which the density-matrix tests check against the NumPy reference."""
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -75,3 +76,68 @@ def test_trajectory_errors():
     with pytest.raises(ValueError, match="Trajectories\\(\\) does not run control flow"):
         qfx.probs(qfx.Circuit([m]), backend=qfx.Trajectories(), key=jax.random.key(0))
     assert eqx.tree_equal(qfx.Trajectories(), qfx.Trajectories())
+
+
+def _mixture_circuit(theta, p):
+    # Only random unitaries: every branch is drawn before the gates run, and the drawn Paulis fuse with the
+    # gates. A Repeat (noise inserted into its body by a model whose strength `p` is shared) and channels
+    # outside it, on one and on two wires.
+    def layer(t):
+        return [qfx.RY(t[0], wires=0), qfx.RX(t[1], wires=1), qfx.CNOT(wires=(0, 1)), qfx.RZ(t[2], wires=2)]
+
+    model = qfx.NoiseModel([qfx.AfterGates(qfx.DepolarizingChannel(p, wires=0), gates=(qfx.CNOT, qfx.RZ))])
+    body = model(qfx.Circuit([qfx.repeat(layer, theta, num_wires=3)], num_wires=3))
+    return qfx.Circuit(
+        [
+            qfx.H(2),
+            qfx.BitFlip(0.15, wires=2),
+            *body.ops,
+            qfx.PauliError("XZ", 0.2, wires=(1, 2)),
+            qfx.CRY(0.5, wires=(2, 0)),
+            qfx.PhaseFlip(0.25, wires=0),
+        ],
+        num_wires=3,
+    )
+
+
+def test_random_unitary_circuits_drawn_first_are_unbiased():
+    theta = jax.random.uniform(jax.random.key(3), (3, 3), minval=-2.0, maxval=2.0)
+    p = jnp.float32(0.12)
+    obs = qfx.Z(0) @ qfx.Z(1) + 0.7 * qfx.X(2) - 0.4 * qfx.Y(0)
+
+    def cost(theta, p, k, **kw):
+        return qfx.expval(_mixture_circuit(theta, p), obs, **kw, key=k)
+
+    one = jax.value_and_grad(lambda t, p, k: cost(t, p, k, backend=qfx.Trajectories()), argnums=(0, 1))
+    values, (g_theta, g_p) = jax.jit(jax.vmap(one, in_axes=(None, None, 0)))(theta, p, _KEYS)
+    exact, (e_theta, e_p) = jax.value_and_grad(lambda t, p: cost(t, p, None), argnums=(0, 1))(theta, p)
+    _within_5_sigma(values, float(exact))
+    _within_5_sigma(np.asarray(g_theta).reshape(len(_KEYS), -1), np.asarray(e_theta).reshape(-1))
+    _within_5_sigma(g_p, float(e_p))
+
+    # The strength reaches the value only through the branch probabilities (the drawn Paulis are data), so
+    # without the score-function term every g_p would be 0: a strong channel inside a Repeat, where that
+    # would fail the 5-sigma test.
+    def deep(p, k, **kw):
+        c = qfx.Circuit([qfx.repeat(lambda t: [qfx.RY(t, wires=0)], jnp.array([0.3, 0.2]), num_wires=1)])
+        c = qfx.NoiseModel([qfx.AfterGates(qfx.DepolarizingChannel(p, wires=0))])(c)
+        return qfx.expval(c, qfx.Z(0), **kw, key=k)
+
+    g = jax.jit(jax.vmap(jax.grad(lambda p, k: deep(p, k, backend=qfx.Trajectories())), (None, 0)))
+    g_deep, e_deep = g(jnp.float32(0.3), _KEYS), jax.grad(deep)(jnp.float32(0.3), None)
+    _within_5_sigma(g_deep, float(e_deep))
+    assert abs(float(e_deep)) > 5 * float(np.std(g_deep)) / np.sqrt(len(_KEYS))
+
+    # Probabilities and samples of the same circuit, and a circuit started from a given state.
+    c = _mixture_circuit(theta, p)
+    probs = jax.jit(jax.vmap(lambda k: qfx.probs(c, backend=qfx.Trajectories(), key=k)))(_KEYS[:1000])
+    _within_5_sigma(probs, np.asarray(qfx.probs(c)))
+    psi0 = jnp.asarray(qfx.state(qfx.Circuit([qfx.H(0), qfx.RY(0.9, wires=1)], num_wires=3)))
+    start = jax.vmap(lambda k: qfx.expval(c, obs, backend=qfx.Trajectories(), key=k, initial_state=psi0))
+    rho0 = jnp.outer(psi0, psi0.conj())
+    _within_5_sigma(start(_KEYS[:1000]), float(qfx.expval(c, obs, initial_state=rho0)))
+    shots = 3000
+    s = qfx.sample(c, key=jax.random.key(11), shots=shots, backend=qfx.Trajectories())
+    counts = np.bincount(np.asarray(s) @ np.array([4, 2, 1]), minlength=8) / shots
+    exact_probs = np.asarray(qfx.probs(c))
+    assert np.all(np.abs(counts - exact_probs) <= 5 * np.sqrt(exact_probs * (1 - exact_probs) / shots) + 1e-6)

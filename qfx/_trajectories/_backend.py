@@ -1,6 +1,8 @@
 """`qfx.Trajectories`: noisy circuits as pure-state trajectories, one per key."""
 
+import equinox as eqx
 import jax
+import jax.numpy as jnp
 from jaxtyping import Array
 
 from .._backend import AbstractBackend
@@ -8,10 +10,21 @@ from .._checks import check_key
 from .._circuit import Circuit
 from .._control import has_control
 from .._custom_types import complex_dtype
-from .._measurements import AbstractMeasurement, Amplitude, Sample, State, Var
+from .._measurements import AbstractMeasurement, Amplitude, Expval, Sample, State, Var
 from .._memory import check_fits
-from .._statevector import bits, initial_state_of, marginal_probs, measure_pure, sample_indices, zero_state
-from ._walk import score, trajectory
+from .._statevector import (
+    StateVector,
+    bits,
+    initial_state_of,
+    marginal_probs,
+    measure_pure,
+    sample_indices,
+    zero_state,
+)
+from ..diff._adjoint import adjoint_scalar  # see README.md, Imports
+from ._walk import drawn, only_mixtures, score, trajectory
+
+_STATE_VECTOR = StateVector()
 
 
 class Trajectories(AbstractBackend):
@@ -33,6 +46,13 @@ class Trajectories(AbstractBackend):
     `qfx.density_matrix` (per trajectory; the mean is the exact value), and `qfx.sample` (one trajectory
     per shot). `qfx.state`, `qfx.amplitude` and `qfx.var` are refused: their mean over trajectories is not
     the mixed state's (use `qfx.DensityMatrix()`, or the mean of `<O^2>` and `<O>` from `qfx.expval`).
+
+    Cost: when every channel is a random unitary (`BitFlip`, `PhaseFlip`, `DepolarizingChannel`,
+    `PauliError`), whose branch probabilities do not depend on the state, all branches are drawn first and
+    the drawn Paulis fused with the gates around them, so a trajectory costs about a noiseless run; the
+    derivative of one exact expectation is then taken by the adjoint walk (as `qfx.diff.Auto` does on a
+    state vector), a few states per trajectory whatever the depth, the same values as backprop's. Other
+    channels (damping, `QubitChannel`) draw from the state where they stand.
 
     Use it past the density matrix's reach (`4**n` entries: about 14 qubits), or for many keys at once.
 
@@ -72,20 +92,43 @@ class Trajectories(AbstractBackend):
         check_key(key, f"qfx.{fn}")
         n = circuit.num_wires
         psi0 = zero_state(n) if initial_state is None else initial_state
+        predrawn = only_mixtures(circuit.ops)
         if isinstance(measurement, Sample):  # one trajectory per shot, each read out once
 
             def one(k):
                 k_run, k_read = jax.random.split(k)
-                psi, _ = trajectory(circuit.ops, psi0, n, k_run)
+                if predrawn:
+                    ops, _ = drawn(circuit.ops, k_run)
+                    psi = _STATE_VECTOR.simulate(Circuit(ops, num_wires=n), initial_state)
+                else:
+                    psi, _ = trajectory(circuit.ops, psi0, n, k_run)
                 p = jax.lax.stop_gradient(marginal_probs(psi, measurement.wires, n))
                 return sample_indices(k_read, p, 1)[0]
 
             index = jax.vmap(one)(jax.random.split(key, measurement.shots))
             return bits(index, len(measurement.wires))
         k_run, k_read = jax.random.split(key)
-        psi, logp = trajectory(circuit.ops, psi0, n, k_run)
-        value = measure_pure(measurement, psi, (payload, k_read), n)
+        if not predrawn:
+            psi, logp = trajectory(circuit.ops, psi0, n, k_run)
+            value = measure_pure(measurement, psi, (payload, k_read), n)
+            return value * score(logp).astype(value.dtype)
+        ops, logp = drawn(circuit.ops, k_run)
+        unitary = Circuit(ops, num_wires=n)
+        if _walked(measurement, circuit, payload):
+            value = adjoint_scalar(_STATE_VECTOR, measurement, unitary, initial_state, (payload, None))
+        else:
+            value = _STATE_VECTOR.evaluate(measurement, unitary, initial_state, (payload, k_read))
         return value * score(logp).astype(value.dtype)
 
     def evaluation_bytes(self, circuit: Circuit) -> int:
         return 2**circuit.num_wires * complex_dtype().itemsize
+
+
+def _walked(measurement: AbstractMeasurement, circuit: Circuit, payload) -> bool:
+    """Whether a drawn trajectory's pathwise derivative is taken by the adjoint walk: for one exact
+    expectation of a circuit whose parameters are real (as `qfx.diff.Auto` walks; see `Trajectories`)."""
+    if not isinstance(measurement, Expval) or len(payload) != 1:
+        return False
+    if not all(eqx.is_inexact_array(x) and not jnp.iscomplexobj(x) for x in jax.tree.leaves(circuit)):
+        return False  # matrix entries (QubitUnitary): backpropagated, as `qfx.diff.Auto` does
+    return all(eqx.is_inexact_array(x) for x in jax.tree.leaves(payload))
