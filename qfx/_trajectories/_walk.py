@@ -100,7 +100,8 @@ def only_mixtures(ops) -> bool:
 
 def _has_channel(ops) -> bool:
     return any(
-        isinstance(op, AbstractChannel) or (isinstance(op, Repeat) and _has_channel(op.body.ops)) for op in ops
+        isinstance(op, AbstractChannel) or (isinstance(op, Repeat) and _has_channel(op.body.ops))
+        for op in ops
     )
 
 
