@@ -107,6 +107,11 @@ class AbstractChannel(AbstractOperation):
     def name(self) -> str:
         return type(self).__name__
 
+    def pauli_branches(self) -> tuple[str, ...] | None:
+        """The Pauli word ("I", "X", "Y", "Z", one letter per wire) that each `M_i` is, in the order of
+        `weighted_kraus()`, for a Pauli channel; None otherwise."""
+        return None
+
     def kraus_matrices(self) -> Array:
         """The Kraus operators, stacked: shape `(m, 2**k, 2**k)`."""
         w, m = self.weighted_kraus()
@@ -179,6 +184,9 @@ class BitFlip(_AbstractOneStrength):
     def __init__(self, p: ArrayLike, wires):
         self._init("p", p, wires)
 
+    def pauli_branches(self):
+        return ("I", "X")
+
     def weighted_kraus(self):
         return jnp.stack([1 - self.p, self.p]), _const(_I, _X)
 
@@ -201,6 +209,9 @@ class PhaseFlip(_AbstractOneStrength):
 
     def __init__(self, p: ArrayLike, wires):
         self._init("p", p, wires)
+
+    def pauli_branches(self):
+        return ("I", "Z")
 
     def weighted_kraus(self):
         return jnp.stack([1 - self.p, self.p]), _const(_I, _Z)
@@ -225,6 +236,9 @@ class DepolarizingChannel(_AbstractOneStrength):
 
     def __init__(self, p: ArrayLike, wires):
         self._init("p", p, wires)
+
+    def pauli_branches(self):
+        return ("I", "X", "Y", "Z")
 
     def weighted_kraus(self):
         q = self.p / 3
@@ -387,6 +401,9 @@ class PauliError(AbstractChannel):
         self.operators = operators
         self.p = _strength("PauliError", "p", p)
         _in_range("PauliError", "p", self.p, 0.0, 1.0)
+
+    def pauli_branches(self):
+        return ("I" * len(self.operators), self.operators)
 
     def weighted_kraus(self):
         word = np.ones((1, 1))

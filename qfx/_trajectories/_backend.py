@@ -48,11 +48,12 @@ class Trajectories(AbstractBackend):
     the mixed state's (use `qfx.DensityMatrix()`, or the mean of `<O^2>` and `<O>` from `qfx.expval`).
 
     Cost: when every channel is a random unitary (`BitFlip`, `PhaseFlip`, `DepolarizingChannel`,
-    `PauliError`), whose branch probabilities do not depend on the state, all branches are drawn first and
-    the drawn Paulis fused with the gates around them, so a trajectory costs about a noiseless run; the
-    derivative of one exact expectation is then taken by the adjoint walk (as `qfx.diff.Auto` does on a
-    state vector), a few states per trajectory whatever the depth, the same values as backprop's. Other
-    channels (damping, `QubitChannel`) draw from the state where they stand.
+    `PauliError`), whose branch probabilities do not depend on the state, all branches are drawn first,
+    the drawn Paulis moved past Clifford gates (CNOT, CZ, SWAP, H, S) and fused into the next other gate,
+    so a trajectory costs about a noiseless run; the derivative of one exact expectation is then taken by
+    the adjoint walk (as `qfx.diff.Auto` does on a state vector), a few states per trajectory whatever the
+    depth, the same values as backprop's. Other channels (damping, `QubitChannel`) draw from the state
+    where they stand.
 
     Use it past the density matrix's reach (`4**n` entries: about 14 qubits), or for many keys at once.
 

@@ -7,11 +7,12 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array
+import numpy as np
 
 from .._channels import AbstractChannel
 from .._circuit import Circuit, Repeat
 from .._custom_types import EXACT, complex_dtype, real_dtype
-from .._gates import AbstractGate
+from .._gates import CNOT, CZ, SWAP, AbstractGate, Hadamard, PauliX, PauliY, PauliZ, S
 from .._statevector import apply_matrix, reduced_density_matrix, run
 
 
@@ -105,37 +106,208 @@ def _has_channel(ops) -> bool:
     )
 
 
-def drawn(ops, key) -> tuple[list, Array]:
-    """`ops` with each random-unitary channel replaced by the `Branch` drawn for it with `key` (its
-    probability `w_i` is its weight, whatever the state), and the log-probability of the draws.
+# How each Clifford gate G moves a Pauli frame P = X^x Z^z (bits per wire) past it: G P = (G P G^dagger) G,
+# with G P G^dagger again a Pauli word (up to a phase, which is global on a pure state). Each rule takes the
+# gate's wires' (x, z) bits and returns them after G.
+def _cnot(c, t):
+    (xc, zc), (xt, zt) = c, t
+    return [(xc, zc ^ zt), (xt ^ xc, zt)]
 
-    What remains is a circuit of gates: the state-vector pipeline fuses the drawn unitaries with the gates
-    around them, and the adjoint walk can differentiate it. `Repeat` blocks stay blocks: the draws of
-    their layers are stacked like their parameters (one key per layer)."""
-    logp = jnp.zeros((), real_dtype())
-    out = []
+
+def _cz(a, b):
+    (xa, za), (xb, zb) = a, b
+    return [(xa, za ^ xb), (xb, zb ^ xa)]
+
+
+_CLIFFORD = {
+    PauliX: lambda a: [a],
+    PauliY: lambda a: [a],
+    PauliZ: lambda a: [a],
+    Hadamard: lambda a: [(a[1], a[0])],
+    S: lambda a: [(a[0], a[1] ^ a[0])],
+    CNOT: _cnot,
+    CZ: _cz,
+    SWAP: lambda a, b: [b, a],
+}
+
+# X^x Z^z for (x, z) = (0, 0), (0, 1), (1, 0), (1, 1), indexed by 2x + z.
+_PAULIS = np.stack([np.eye(2), np.diag([1, -1]), [[0, 1], [1, 0]], [[0, -1], [1, 0]]])
+_BITS = {"I": (0, 0), "X": (1, 0), "Y": (1, 1), "Z": (0, 1)}
+
+
+class _Frame:
+    """The Pauli word drawn so far and not yet applied, tracked statically: each wire's bits `(x, z)` are
+    sums mod 2 of the drawn bits (the channels' words), kept as 0/1 vectors over them, for the wires that
+    may hold a non-identity letter. `drawn` moves it forward past Clifford gates (xors of those vectors,
+    at trace time) and applies it before any other gate: `flush` leaves a slot in the operation list that
+    `fill` makes a `Branch` gate, all of them from one product of the vectors with the drawn bits."""
+
+    def __init__(self, drawn_bits: int):
+        self.size = drawn_bits
+        self.bits: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.slots: list[tuple[int, np.ndarray, np.ndarray]] = []
+
+    def _zero(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.zeros(self.size, bool), np.zeros(self.size, bool)
+
+    def absorb(self, wires, first: int) -> None:
+        """Adds a drawn word: the bits of its letter on `wires[k]` are drawn bits `first + 2k` (x) and
+        `first + 2k + 1` (z)."""
+        for k, w in enumerate(wires):
+            x, z = self.bits.get(w, self._zero())
+            x, z = x.copy(), z.copy()
+            x[first + 2 * k] ^= True
+            z[first + 2 * k + 1] ^= True
+            self.bits[w] = (x, z)
+
+    def past(self, gate) -> bool:
+        """Moves the frame past `gate` if it is a Clifford gate with a rule; False if not."""
+        rule = _CLIFFORD.get(type(gate))
+        if rule is None:
+            return False
+        if any(w in self.bits for w in gate.wires):
+            after = rule(*(self.bits.get(w, self._zero()) for w in gate.wires))
+            self.bits.update(zip(gate.wires, after, strict=True))
+        return True
+
+    def flush(self, wires=None) -> list:
+        """Slots for the frame's letters on `wires` (all where None), which leave it."""
+        wires = sorted(self.bits) if wires is None else [w for w in wires if w in self.bits]
+        out = []
+        for w in wires:
+            out.append(len(self.slots))
+            self.slots.append((w, *self.bits.pop(w)))
+        return out
+
+    def fill(self, ops: list, drawn_bits: Array | None) -> list:
+        """`ops` with each slot replaced by the `Branch` gate of its letter, given the drawn bits."""
+        if not self.slots:
+            return ops
+        x = np.stack([x for _, x, _ in self.slots]).astype(np.int32)
+        z = np.stack([z for _, _, z in self.slots]).astype(np.int32)
+        v = drawn_bits.astype(jnp.int32)
+        index = 2 * ((jnp.asarray(x) @ v) % 2) + (jnp.asarray(z) @ v) % 2
+        paulis = jnp.asarray(_PAULIS, complex_dtype())[index]  # one gather for all of them
+        return [Branch(paulis[op], (self.slots[op][0],)) if isinstance(op, int) else op for op in ops]
+
+
+def _draw_all(channels, noise: Array) -> tuple[list[int], Array, Array, Array]:
+    """One branch per channel, each with probability its weight. Channels alike but for their wires
+    (`qfx.NoiseModel`'s insertions) are stacked and their weights computed in one vmapped call.
+
+    **Returns:** `row`, each channel's row in the next three: the branches drawn, their weights `w_i`
+    (differentiable in the strengths), and the Pauli bits `(x, z)` of each Pauli channel's drawn word,
+    shape `(channels, widest channel's wires, 2)` (unused wires 0)."""
+    groups: dict = {}
+    for j, c in enumerate(channels):
+        alike = c.on(tuple(range(len(c.wires))))
+        groups.setdefault(jax.tree.structure(alike), []).append((j, alike))
+    members = [j for group in groups.values() for j, _ in group]
+    row = [0] * len(channels)
+    for r, j in enumerate(members):
+        row[j] = r
+    kraus = [
+        jax.vmap(lambda c: c.weighted_kraus()[0])(jax.tree.map(lambda *x: jnp.stack(x), *(c for _, c in g)))
+        for g in groups.values()
+    ]
+    widest = max(w.shape[1] for w in kraus)
+    weights = jnp.concatenate([jnp.pad(w, ((0, 0), (0, widest - w.shape[1]))) for w in kraus])
+    weights = weights.astype(real_dtype())  # padding: weight 0, never drawn
+    gumbel = noise.reshape(weights.shape)
+    index = jnp.argmax(jnp.log(jnp.maximum(jax.lax.stop_gradient(weights), 0)) + gumbel, axis=1)
+    table = np.zeros((len(channels), widest, max(len(c.wires) for c in channels), 2), bool)
+    for j, c in enumerate(channels):
+        for b, word in enumerate(c.pauli_branches() or ()):
+            table[row[j], b, : len(word)] = [_BITS[letter] for letter in word]
+    bits = jnp.take_along_axis(jnp.asarray(table), index[:, None, None, None], axis=1)[:, 0]
+    weight = jnp.take_along_axis(weights, index[:, None], axis=1)[:, 0]
+    return row, index, weight, bits
+
+
+def _branches(channel: AbstractChannel) -> int:
+    """How many branches `channel` has (static)."""
+    words = channel.pauli_branches()
+    if words is not None:
+        return len(words)
+    spec = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), channel)
+    return jax.eval_shape(lambda c: c.weighted_kraus()[0], spec).shape[0]
+
+
+def _noise_size(ops) -> int:
+    """How many Gumbel variates `drawn` takes for `ops`: a row as wide as the widest channel per channel,
+    and each `Repeat` block's body's count per layer."""
+    widths = [_branches(op) for op in ops if isinstance(op, AbstractChannel)]
+    here = len(widths) * max(widths, default=0)
+    return here + sum(op.length * _layer_noise(op) for op in ops if _noisy_block(op))
+
+
+def _layer_noise(block: Repeat) -> int:
+    """`_noise_size` of one layer of `block` (of any length, 0 included: read from the shapes)."""
+    layer = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), block.body)
+    return _noise_size(layer.ops)
+
+
+def _noisy_block(op) -> bool:
+    return isinstance(op, Repeat) and _has_channel(op.body.ops)
+
+
+def drawn(ops, key, push: bool = True) -> tuple[list, Array]:
+    """`ops` with each random-unitary channel's branch drawn with `key` (its probability `w_i` is its
+    weight, whatever the state), and the log-probability of the draws.
+
+    What remains is a circuit of gates, `Branch` gates where the drawn unitaries act: the state-vector
+    pipeline fuses them with the gates around them, and the adjoint walk can differentiate the circuit.
+    A Pauli branch (every channel but a general mixture) joins a Pauli frame that moves past Clifford
+    gates (`_CLIFFORD`: CNOT, CZ, SWAP, H, S, Paulis) unchanged and is applied just before the next other
+    gate on its wires, so a CNOT ladder with noise after every CNOT stays a ladder. `Repeat` blocks stay
+    blocks: the draws of their layers are stacked like their parameters (a row of noise per layer); the
+    frame is applied at a block's edges. `push=False` applies each branch where its channel stands instead."""
+    # Every branch is drawn by the Gumbel-max trick (argmax(log w + g) is distributed as categorical(w))
+    # from one array of noise: XLA takes a second or more to compile each `jax.random` call on the CPU.
+    return _drawn(ops, jax.random.gumbel(key, (_noise_size(ops),), real_dtype()), push)
+
+
+def _drawn(ops, noise: Array, push: bool) -> tuple[list, Array]:
+    out, logp = [], jnp.zeros((), real_dtype())
+    channels = [op for op in ops if isinstance(op, AbstractChannel)]
+    used = len(channels) * max((_branches(c) for c in channels), default=0)
+    bits = None
+    if channels:
+        row, index, weight, bits = _draw_all(channels, noise[:used])
+        logp = logp + jnp.sum(jnp.log(weight))
+        width = bits.shape[1]  # wires per row of `bits`
+        bits = bits.reshape(-1)
+    frame = _Frame(0 if bits is None else bits.size)
+    drawn_here = 0
     for op in ops:
         if isinstance(op, AbstractChannel):
-            key, sub = jax.random.split(key)
-            w, m = op.weighted_kraus()
-            w = w.astype(real_dtype())
-            i = jax.random.categorical(sub, jnp.log(jnp.maximum(jax.lax.stop_gradient(w), 0)))
-            out.append(Branch(m[i], op.wires))
-            logp = logp + jnp.log(w[i])
-        elif isinstance(op, Repeat) and _has_channel(op.body.ops):
+            j, drawn_here = row[drawn_here], drawn_here + 1
+            if op.pauli_branches() is None:
+                out += frame.flush(op.wires) + [Branch(op.weighted_kraus()[1][index[j]], op.wires)]
+            else:
+                frame.absorb(op.wires, 2 * width * j)
+                if not push:  # each branch where its channel stands (the tests' reference)
+                    out += frame.flush(op.wires)
+        elif _noisy_block(op):
             op.check_layers()
-            key, sub = jax.random.split(key)
+            size = _layer_noise(op)
+            layers = noise[used : used + op.length * size].reshape(op.length, size)
+            used += op.length * size
 
-            def one(body, k):
-                body_ops, lp = drawn(body.ops, k)
+            def one(body, g):
+                body_ops, lp = _drawn(body.ops, g, push)
                 return Circuit(body_ops, num_wires=body.num_wires), lp
 
-            body, lps = eqx.filter_vmap(one)(op.body, jax.random.split(sub, op.length))
-            out.append(Repeat(body, length=op.length))
+            body, lps = eqx.filter_vmap(one)(op.body, layers)
+            out += frame.flush(op.wires) + [Repeat(body, length=op.length)]
             logp = logp + jnp.sum(lps)
-        else:
+        elif isinstance(op, Repeat):
+            out += frame.flush(op.wires) + [op]
+        elif frame.past(op):
             out.append(op)
-    return out, logp
+        else:
+            out += frame.flush(op.wires) + [op]
+    return frame.fill(out + frame.flush(), bits), logp
 
 
 def score(logp: Array) -> Array:
