@@ -6,7 +6,7 @@ import sys
 def _fast_compiling_xla() -> None:
     """The suite compiles thousands of small programs. XLA's classic CPU emitters compile them 1.3-5x
     faster than its MLIR fusion emitters, to kernels that compute the same values (qfx's eager programs
-    use them already: `_FAST_COMPILE` in qfx/_measure.py); they take about a third off the suite's time.
+    use them already: `_FAST_COMPILE` in qfx/_measure.py); they take about a quarter off the suite's time.
     Set here, before JAX starts its backend, for this process and the processes the tests start, and only
     where this XLA knows the flag (an unknown one in XLA_FLAGS aborts the process): a one-line probe. Not
     set if XLA_FLAGS names it already (`XLA_FLAGS=--xla_cpu_use_fusion_emitters=true` tests the default)."""

@@ -183,12 +183,27 @@ class _Frame:
         """`ops` with each slot replaced by the `Branch` gate of its letter, given the drawn bits."""
         if not self.slots:
             return ops
-        x = np.stack([x for _, x, _ in self.slots]).astype(np.int32)
-        z = np.stack([z for _, _, z in self.slots]).astype(np.int32)
-        v = drawn_bits.astype(jnp.int32)
-        index = 2 * ((jnp.asarray(x) @ v) % 2) + (jnp.asarray(z) @ v) % 2
-        paulis = jnp.asarray(_PAULIS, complex_dtype())[index]  # one gather for all of them
+        paulis = _paulis(*self._values([(x, z) for _, x, z in self.slots], drawn_bits))
         return [Branch(paulis[op], (self.slots[op][0],)) if isinstance(op, int) else op for op in ops]
+
+    def tail(self, drawn_bits: Array | None) -> tuple[list[int], Array, Array]:
+        """The wires the frame still holds letters on, and those letters' bits `(x, z)` (int32 arrays)."""
+        wires = sorted(self.bits)
+        if not wires:
+            return [], jnp.zeros((0,), jnp.int32), jnp.zeros((0,), jnp.int32)
+        return wires, *self._values([self.bits[w] for w in wires], drawn_bits)
+
+    @staticmethod
+    def _values(vectors, drawn_bits: Array) -> tuple[Array, Array]:
+        x = jnp.asarray(np.stack([x for x, _ in vectors]).astype(np.int32))
+        z = jnp.asarray(np.stack([z for _, z in vectors]).astype(np.int32))
+        v = drawn_bits.astype(jnp.int32)
+        return (x @ v) % 2, (z @ v) % 2
+
+
+def _paulis(x: Array, z: Array) -> Array:
+    """The matrices `X^x Z^z`, one gather for all of them."""
+    return jnp.asarray(_PAULIS, complex_dtype())[2 * x + z]
 
 
 def _draw_all(channels, noise: Array) -> tuple[list[int], Array, Array, Array]:
@@ -261,13 +276,17 @@ def drawn(ops, key, push: bool = True) -> tuple[list, Array]:
     gates (`_CLIFFORD`: CNOT, CZ, SWAP, H, S, Paulis) unchanged and is applied just before the next other
     gate on its wires, so a CNOT ladder with noise after every CNOT stays a ladder. `Repeat` blocks stay
     blocks: the draws of their layers are stacked like their parameters (a row of noise per layer); the
-    frame is applied at a block's edges. `push=False` applies each branch where its channel stands instead."""
+    frame is applied before a block, and what a layer's frame holds at its end at the start of the next
+    layer (fused into its first gates) or, for the last, after the block. `push=False` applies each branch
+    where its channel stands instead."""
     # Every branch is drawn by the Gumbel-max trick (argmax(log w + g) is distributed as categorical(w))
     # from one array of noise: XLA takes a second or more to compile each `jax.random` call on the CPU.
     return _drawn(ops, jax.random.gumbel(key, (_noise_size(ops),), real_dtype()), push)
 
 
-def _drawn(ops, noise: Array, push: bool) -> tuple[list, Array]:
+def _drawn(ops, noise: Array, push: bool, keep_tail: bool = False):
+    """`drawn` from Gumbel noise. With `keep_tail`, the frame left at the end is not applied but
+    returned, as `(wires, x, z)` (a `Repeat` body's: see `drawn`), after the ops and log-probability."""
     out, logp = [], jnp.zeros((), real_dtype())
     channels = [op for op in ops if isinstance(op, AbstractChannel)]
     used = len(channels) * max((_branches(c) for c in channels), default=0)
@@ -294,19 +313,36 @@ def _drawn(ops, noise: Array, push: bool) -> tuple[list, Array]:
             layers = noise[used : used + op.length * size].reshape(op.length, size)
             used += op.length * size
 
-            def one(body, g):
-                body_ops, lp = _drawn(body.ops, g, push)
-                return Circuit(body_ops, num_wires=body.num_wires), lp
+            tail_wires: list[int] = []
 
-            body, lps = eqx.filter_vmap(one)(op.body, layers)
-            out += frame.flush(op.wires) + [Repeat(body, length=op.length)]
+            def one(body, g, tail_wires=tail_wires):
+                body_ops, lp, (wires, x, z) = _drawn(body.ops, g, push, keep_tail=True)
+                tail_wires[:] = wires  # static: the same for every layer
+                return Circuit(body_ops, num_wires=body.num_wires), lp, (x, z)
+
+            body, lps, (x, z) = eqx.filter_vmap(one)(op.body, layers)
             logp = logp + jnp.sum(lps)
+            out += frame.flush(op.wires)
+            if tail_wires and op.length:
+                # What a layer's frame still holds at its end is applied at the start of the next one, where
+                # fusion merges it into that layer's first gates; the last layer's, after the block.
+                start = _paulis(*(jnp.concatenate([jnp.zeros_like(b[:1]), b[:-1]]) for b in (x, z)))
+                first = [Branch(start[:, k], (w,)) for k, w in enumerate(tail_wires)]
+                body = Circuit(first + list(body.ops), num_wires=body.num_wires)
+                end = _paulis(x[-1], z[-1])
+                out += [Repeat(body, length=op.length)] + [
+                    Branch(end[k], (w,)) for k, w in enumerate(tail_wires)
+                ]
+            else:
+                out.append(Repeat(body, length=op.length))
         elif isinstance(op, Repeat):
             out += frame.flush(op.wires) + [op]
         elif frame.past(op):
             out.append(op)
         else:
             out += frame.flush(op.wires) + [op]
+    if keep_tail:
+        return frame.fill(out, bits), logp, frame.tail(bits)
     return frame.fill(out + frame.flush(), bits), logp
 
 
