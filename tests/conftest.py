@@ -12,7 +12,7 @@ def _fast_compiling_xla() -> None:
     set if XLA_FLAGS names it already (`XLA_FLAGS=--xla_cpu_use_fusion_emitters=true` tests the default)."""
     flags = os.environ.get("XLA_FLAGS", "")
     if "xla_cpu_use_fusion_emitters" in flags:
-        return  # the user's choice, or set by pytest-xdist's controller before it started this worker
+        return  # the user's choice, or inherited from a parent process (a test's subprocess)
     fast = f"{flags} --xla_cpu_use_fusion_emitters=false".strip()
     probe = [sys.executable, "-c", "import jax; jax.jit(lambda x: x + 1)(1.0)"]
     env = dict(os.environ, XLA_FLAGS=fast, JAX_PLATFORMS="cpu")
