@@ -10,6 +10,8 @@ import pytest
 import qfx
 from qfx._trajectories import _walk
 
+from .helpers import central_difference
+
 _KEYS = jax.random.split(jax.random.key(1234), 3000)
 _OBS = qfx.Z(0) + 0.5 * qfx.X(0) @ qfx.Z(1) - 0.3 * qfx.Y(1)
 
@@ -180,3 +182,23 @@ def test_pauli_branches_moved_past_clifford_gates_give_the_same_state():
         assert abs(abs(np.vdot(a, b)) - 1) < 1e-5 and abs(la - lb) < 1e-6
         moved += not np.allclose(a, b, atol=1e-5)  # equal only up to a phase
     assert moved > 0
+
+
+def test_a_drawn_trajectory_differentiates_in_every_mode(x64):
+    # For one key the branches are fixed (their probabilities depend on the strengths only), so a
+    # trajectory is a smooth function of the angles: the adjoint walk's reverse mode, forward mode and
+    # Hessian against central differences of the trajectory itself.
+    key = jax.random.key(5)
+    obs = qfx.Z(0) @ qfx.Z(1) + 0.7 * qfx.X(2)
+
+    def f(theta):
+        return qfx.expval(_mixture_circuit(theta, 0.3), obs, backend=qfx.Trajectories(), key=key)
+
+    theta = jnp.asarray(np.random.default_rng(2).uniform(-2, 2, (3, 3)))
+    grad_fn = jax.jit(jax.grad(f))
+    grad = grad_fn(theta)
+    np.testing.assert_allclose(grad, central_difference(jax.jit(f), theta), atol=1e-7)
+    np.testing.assert_allclose(jax.jit(jax.jacfwd(f))(theta), grad, atol=1e-10)
+    hessian = np.asarray(jax.jit(jax.hessian(f))(theta)).reshape(9, 9)
+    columns = [central_difference(lambda t, i=i: grad_fn(t).reshape(-1)[i], theta) for i in range(9)]
+    np.testing.assert_allclose(hessian, np.stack(columns).reshape(9, 9), atol=1e-6)
