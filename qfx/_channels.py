@@ -26,12 +26,9 @@ import numpy as np
 from ._checks import as_dtype, as_numeric, check_wires, host_number, is_concrete
 from ._custom_types import EXACT, complex_dtype, real_dtype, tolerance
 from ._gates import AbstractOperation
+from ._observables import pauli_word_matrix
 
 _I = np.eye(2)
-_X = np.array([[0, 1], [1, 0]])
-_Y = np.array([[0, -1j], [1j, 0]])
-_Z = np.diag([1, -1])
-_PAULI = {"I": _I, "X": _X, "Y": _Y, "Z": _Z}
 _P00 = np.array([[1, 0], [0, 0]])  # |0><0|
 _P01 = np.array([[0, 1], [0, 0]])  # |0><1|
 _P10 = np.array([[0, 0], [1, 0]])  # |1><0|
@@ -40,6 +37,11 @@ _P11 = np.array([[0, 0], [0, 1]])  # |1><1|
 
 def _const(*matrices) -> Array:
     return jnp.asarray(np.stack(matrices), complex_dtype())
+
+
+def _words(words) -> Array:
+    """The matrices of Pauli words (`pauli_branches()`), stacked."""
+    return _const(*(pauli_word_matrix(word) for word in words))
 
 
 def _diag(a, b) -> Array:
@@ -188,7 +190,7 @@ class BitFlip(_AbstractOneStrength):
         return ("I", "X")
 
     def weighted_kraus(self):
-        return jnp.stack([1 - self.p, self.p]), _const(_I, _X)
+        return jnp.stack([1 - self.p, self.p]), _words(self.pauli_branches())
 
 
 class PhaseFlip(_AbstractOneStrength):
@@ -214,7 +216,7 @@ class PhaseFlip(_AbstractOneStrength):
         return ("I", "Z")
 
     def weighted_kraus(self):
-        return jnp.stack([1 - self.p, self.p]), _const(_I, _Z)
+        return jnp.stack([1 - self.p, self.p]), _words(self.pauli_branches())
 
 
 class DepolarizingChannel(_AbstractOneStrength):
@@ -242,7 +244,7 @@ class DepolarizingChannel(_AbstractOneStrength):
 
     def weighted_kraus(self):
         q = self.p / 3
-        return jnp.stack([1 - self.p, q, q, q]), _const(_I, _X, _Y, _Z)
+        return jnp.stack([1 - self.p, q, q, q]), _words(self.pauli_branches())
 
 
 class AmplitudeDamping(_AbstractOneStrength):
@@ -406,10 +408,7 @@ class PauliError(AbstractChannel):
         return ("I" * len(self.operators), self.operators)
 
     def weighted_kraus(self):
-        word = np.ones((1, 1))
-        for letter in self.operators:
-            word = np.kron(word, _PAULI[letter])
-        return jnp.stack([1 - self.p, self.p]), _const(np.eye(word.shape[0]), word)
+        return jnp.stack([1 - self.p, self.p]), _words(self.pauli_branches())
 
 
 class ThermalRelaxationError(AbstractChannel):

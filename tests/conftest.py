@@ -2,28 +2,30 @@ import os
 import subprocess
 import sys
 
+import jax
+import pytest
+
+from qfx._measure import _FAST_COMPILE
+
 
 def _fast_compiling_xla() -> None:
     """The suite compiles thousands of small programs. XLA's classic CPU emitters compile them 1.3-5x
-    faster than its MLIR fusion emitters, to kernels that compute the same values (qfx's eager programs
-    use them already: `_FAST_COMPILE` in qfx/_measure.py); they take about a quarter off the suite's time.
-    Set here, before JAX starts its backend, for this process and the processes the tests start, and only
-    where this XLA knows the flag (an unknown one in XLA_FLAGS aborts the process): a one-line probe. Not
-    set if XLA_FLAGS names it already (`XLA_FLAGS=--xla_cpu_use_fusion_emitters=true` tests the default)."""
+    faster than its MLIR fusion emitters, to kernels that compute the same values: `_FAST_COMPILE`, the
+    option qfx's eager programs compile with; they take about a quarter off the suite's time. Set as an
+    XLA flag, before JAX starts its backend, for this process and the processes the tests start, and only
+    where this XLA knows it (an unknown flag in XLA_FLAGS aborts the process): a one-line probe. Not set if
+    XLA_FLAGS names it already (`XLA_FLAGS=--xla_cpu_use_fusion_emitters=true` tests the default)."""
     flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_cpu_use_fusion_emitters" in flags:
+    if any(name in flags for name in _FAST_COMPILE):
         return  # the user's choice, or inherited from a parent process (a test's subprocess)
-    fast = f"{flags} --xla_cpu_use_fusion_emitters=false".strip()
+    fast = " ".join([flags, *(f"--{name}={str(v).lower()}" for name, v in _FAST_COMPILE.items())]).strip()
     probe = [sys.executable, "-c", "import jax; jax.jit(lambda x: x + 1)(1.0)"]
     env = dict(os.environ, XLA_FLAGS=fast, JAX_PLATFORMS="cpu")
     if subprocess.run(probe, env=env, capture_output=True, timeout=120).returncode == 0:
         os.environ["XLA_FLAGS"] = fast
 
 
-_fast_compiling_xla()
-
-import jax  # noqa: E402  (after XLA_FLAGS is set)
-import pytest  # noqa: E402
+_fast_compiling_xla()  # importing JAX and qfx starts no backend: the flag is read when one starts
 
 # Every implicit dtype promotion is a bug in qfx: casts must be explicit.
 jax.config.update("jax_numpy_dtype_promotion", "strict")

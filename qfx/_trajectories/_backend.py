@@ -1,8 +1,6 @@
 """`qfx.Trajectories`: noisy circuits as pure-state trajectories, one per key."""
 
-import equinox as eqx
 import jax
-import jax.numpy as jnp
 from jaxtyping import Array
 
 from .._backend import AbstractBackend
@@ -10,7 +8,7 @@ from .._checks import check_key
 from .._circuit import Circuit
 from .._control import has_control
 from .._custom_types import complex_dtype
-from .._measurements import AbstractMeasurement, Amplitude, Expval, Sample, State, Var
+from .._measurements import AbstractMeasurement, Amplitude, Sample, State, Var
 from .._memory import check_fits
 from .._statevector import (
     StateVector,
@@ -22,7 +20,8 @@ from .._statevector import (
     zero_state,
 )
 from ..diff._adjoint import adjoint_scalar  # see README.md, Imports
-from ._walk import drawn, only_mixtures, score, trajectory
+from ..diff._auto import walkable  # see README.md, Imports
+from ._walk import drawn, only_pauli_channels, score, trajectory
 
 _STATE_VECTOR = StateVector()
 
@@ -47,7 +46,7 @@ class Trajectories(AbstractBackend):
     per shot). `qfx.state`, `qfx.amplitude` and `qfx.var` are refused: their mean over trajectories is not
     the mixed state's (use `qfx.DensityMatrix()`, or the mean of `<O^2>` and `<O>` from `qfx.expval`).
 
-    Cost: when every channel is a random unitary (`BitFlip`, `PhaseFlip`, `DepolarizingChannel`,
+    Cost: when every channel is a Pauli channel (`BitFlip`, `PhaseFlip`, `DepolarizingChannel`,
     `PauliError`), whose branch probabilities do not depend on the state, all branches are drawn first,
     the drawn Paulis moved past Clifford gates (CNOT, CZ, SWAP, H, S) and fused into the next other gate,
     so a trajectory costs about a noiseless run; the derivative of one exact expectation is then taken by
@@ -93,7 +92,7 @@ class Trajectories(AbstractBackend):
         check_key(key, f"qfx.{fn}")
         n = circuit.num_wires
         psi0 = zero_state(n) if initial_state is None else initial_state
-        predrawn = only_mixtures(circuit.ops)
+        predrawn = only_pauli_channels(circuit.ops)
         if isinstance(measurement, Sample):  # one trajectory per shot, each read out once
 
             def one(k):
@@ -115,7 +114,8 @@ class Trajectories(AbstractBackend):
             return value * score(logp).astype(value.dtype)
         ops, logp = drawn(circuit.ops, k_run)
         unitary = Circuit(ops, num_wires=n)
-        if _walked(measurement, circuit, payload):
+        # Asked of the user's circuit: the drawn one adds only the constant matrices of the drawn Paulis.
+        if walkable(_STATE_VECTOR, measurement, circuit, (payload, None)):
             value = adjoint_scalar(_STATE_VECTOR, measurement, unitary, initial_state, (payload, None))
         else:
             value = _STATE_VECTOR.evaluate(measurement, unitary, initial_state, (payload, k_read))
@@ -123,13 +123,3 @@ class Trajectories(AbstractBackend):
 
     def evaluation_bytes(self, circuit: Circuit) -> int:
         return 2**circuit.num_wires * complex_dtype().itemsize
-
-
-def _walked(measurement: AbstractMeasurement, circuit: Circuit, payload) -> bool:
-    """Whether a drawn trajectory's pathwise derivative is taken by the adjoint walk: for one exact
-    expectation of a circuit whose parameters are real (as `qfx.diff.Auto` walks; see `Trajectories`)."""
-    if not isinstance(measurement, Expval) or len(payload) != 1:
-        return False
-    if not all(eqx.is_inexact_array(x) and not jnp.iscomplexobj(x) for x in jax.tree.leaves(circuit)):
-        return False  # matrix entries (QubitUnitary): backpropagated, as `qfx.diff.Auto` does
-    return all(eqx.is_inexact_array(x) for x in jax.tree.leaves(payload))

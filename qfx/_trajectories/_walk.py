@@ -1,8 +1,6 @@
 """One trajectory of a noisy circuit: gates on a pure state, and at each channel one Kraus operator drawn
 with its Born probability, with the log-probability of the choices kept for the score-function term."""
 
-from typing import ClassVar
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -12,7 +10,8 @@ import numpy as np
 from .._channels import AbstractChannel
 from .._circuit import Circuit, Repeat
 from .._custom_types import EXACT, complex_dtype, real_dtype
-from .._gates import CNOT, CZ, SWAP, AbstractGate, Hadamard, PauliX, PauliY, PauliZ, S
+from .._gates import CNOT, CZ, SWAP, Hadamard, PauliX, PauliY, PauliZ, QubitUnitary, S
+from .._observables import pauli_word_matrix
 from .._statevector import apply_matrix, reduced_density_matrix, run
 
 
@@ -67,34 +66,13 @@ def trajectory(ops, psi: Array, n: int, key) -> tuple[Array, Array]:
     return psi, logp
 
 
-class Branch(AbstractGate):
-    """The unitary `M_i` drawn at a random-unitary channel (see `drawn`): a gate whose matrix is data,
-    never differentiated (the strengths reach the value through the branch's log-probability only)."""
-
-    U: Array
-    _wires: tuple[int, ...] = eqx.field(static=True)
-    num_wires: ClassVar[None] = None
-    shift_rules: ClassVar[None] = None
-
-    def __init__(self, U: Array, wires: tuple[int, ...]):
-        self.U = jax.lax.stop_gradient(U).astype(complex_dtype())
-        self._wires = wires
-
-    @property
-    def wires(self):
-        return self._wires
-
-    def matrix(self):
-        return jax.lax.stop_gradient(self.U)
-
-
-def only_mixtures(ops) -> bool:
-    """Whether every channel in `ops` (`Repeat` bodies included) is a random unitary (`mixture`), whose
-    branch probabilities do not depend on the state: then `drawn` can draw every branch first."""
+def only_pauli_channels(ops) -> bool:
+    """Whether every channel in `ops` (`Repeat` bodies included) applies Pauli words with probabilities
+    that do not depend on the state (`pauli_branches()`): then `drawn` can draw every branch first."""
     for op in ops:
-        if isinstance(op, AbstractChannel) and not op.mixture:
+        if isinstance(op, AbstractChannel) and op.pauli_branches() is None:
             return False
-        if isinstance(op, Repeat) and not only_mixtures(op.body.ops):
+        if isinstance(op, Repeat) and not only_pauli_channels(op.body.ops):
             return False
     return True
 
@@ -130,9 +108,10 @@ _CLIFFORD = {
     SWAP: lambda a, b: [b, a],
 }
 
-# X^x Z^z for (x, z) = (0, 0), (0, 1), (1, 0), (1, 1), indexed by 2x + z.
-_PAULIS = np.stack([np.eye(2), np.diag([1, -1]), [[0, 1], [1, 0]], [[0, -1], [1, 0]]])
-_BITS = {"I": (0, 0), "X": (1, 0), "Y": (1, 1), "Z": (0, 1)}
+# The letter whose bits are (x, z), at index 2x + z: X^x Z^z up to a phase (global on a pure state).
+_LETTERS = "IZXY"
+_PAULIS = np.stack([pauli_word_matrix(letter) for letter in _LETTERS])
+_BITS = {letter: divmod(i, 2) for i, letter in enumerate(_LETTERS)}
 
 
 class _Frame:
@@ -140,7 +119,7 @@ class _Frame:
     sums mod 2 of the drawn bits (the channels' words), kept as 0/1 vectors over them, for the wires that
     may hold a non-identity letter. `drawn` moves it forward past Clifford gates (xors of those vectors,
     at trace time) and applies it before any other gate: `flush` leaves a slot in the operation list that
-    `fill` makes a `Branch` gate, all of them from one product of the vectors with the drawn bits."""
+    `fill` makes a `QubitUnitary` gate, all of them from one product of the vectors with the drawn bits."""
 
     def __init__(self, drawn_bits: int):
         self.size = drawn_bits
@@ -180,11 +159,12 @@ class _Frame:
         return out
 
     def fill(self, ops: list, drawn_bits: Array | None) -> list:
-        """`ops` with each slot replaced by the `Branch` gate of its letter, given the drawn bits."""
+        """`ops` with each slot replaced by the `QubitUnitary` of its letter, given the drawn bits."""
         if not self.slots:
             return ops
         paulis = _paulis(*self._values([(x, z) for _, x, z in self.slots], drawn_bits))
-        return [Branch(paulis[op], (self.slots[op][0],)) if isinstance(op, int) else op for op in ops]
+        gates = _on_wires(paulis, [w for w, _, _ in self.slots])
+        return [gates[op] if isinstance(op, int) else op for op in ops]
 
     def tail(self, drawn_bits: Array | None) -> tuple[list[int], Array, Array]:
         """The wires the frame still holds letters on, and those letters' bits `(x, z)` (int32 arrays)."""
@@ -202,17 +182,23 @@ class _Frame:
 
 
 def _paulis(x: Array, z: Array) -> Array:
-    """The matrices `X^x Z^z`, one gather for all of them."""
+    """The matrices of the letters with bits `(x, z)`, one gather for all of them (constants: nothing to
+    differentiate)."""
     return jnp.asarray(_PAULIS, complex_dtype())[2 * x + z]
 
 
-def _draw_all(channels, noise: Array) -> tuple[list[int], Array, Array, Array]:
+def _on_wires(paulis: Array, wires) -> list:
+    """`QubitUnitary(paulis[k], wires[k])` for each k: one-qubit gates."""
+    return [QubitUnitary(paulis[k], (w,)) for k, w in enumerate(wires)]
+
+
+def _draw_all(channels, noise: Array) -> tuple[list[int], Array, Array]:
     """One branch per channel, each with probability its weight. Channels alike but for their wires
     (`qfx.NoiseModel`'s insertions) are stacked and their weights computed in one vmapped call.
 
-    **Returns:** `row`, each channel's row in the next three: the branches drawn, their weights `w_i`
-    (differentiable in the strengths), and the Pauli bits `(x, z)` of each Pauli channel's drawn word,
-    shape `(channels, widest channel's wires, 2)` (unused wires 0)."""
+    **Returns:** `row`, each channel's row in the next two: the drawn branches' weights `w_i`
+    (differentiable in the strengths), and the bits `(x, z)` of their Pauli words, shape
+    `(channels, widest channel's wires, 2)` (unused wires 0)."""
     groups: dict = {}
     for j, c in enumerate(channels):
         alike = c.on(tuple(range(len(c.wires))))
@@ -232,26 +218,17 @@ def _draw_all(channels, noise: Array) -> tuple[list[int], Array, Array, Array]:
     index = jnp.argmax(jnp.log(jnp.maximum(jax.lax.stop_gradient(weights), 0)) + gumbel, axis=1)
     table = np.zeros((len(channels), widest, max(len(c.wires) for c in channels), 2), bool)
     for j, c in enumerate(channels):
-        for b, word in enumerate(c.pauli_branches() or ()):
+        for b, word in enumerate(c.pauli_branches()):
             table[row[j], b, : len(word)] = [_BITS[letter] for letter in word]
     bits = jnp.take_along_axis(jnp.asarray(table), index[:, None, None, None], axis=1)[:, 0]
     weight = jnp.take_along_axis(weights, index[:, None], axis=1)[:, 0]
-    return row, index, weight, bits
-
-
-def _branches(channel: AbstractChannel) -> int:
-    """How many branches `channel` has (static)."""
-    words = channel.pauli_branches()
-    if words is not None:
-        return len(words)
-    spec = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), channel)
-    return jax.eval_shape(lambda c: c.weighted_kraus()[0], spec).shape[0]
+    return row, weight, bits
 
 
 def _noise_size(ops) -> int:
     """How many Gumbel variates `drawn` takes for `ops`: a row as wide as the widest channel per channel,
     and each `Repeat` block's body's count per layer."""
-    widths = [_branches(op) for op in ops if isinstance(op, AbstractChannel)]
+    widths = [len(op.pauli_branches()) for op in ops if isinstance(op, AbstractChannel)]
     here = len(widths) * max(widths, default=0)
     return here + sum(op.length * _layer_noise(op) for op in ops if _noisy_block(op))
 
@@ -267,18 +244,18 @@ def _noisy_block(op) -> bool:
 
 
 def drawn(ops, key, push: bool = True) -> tuple[list, Array]:
-    """`ops` with each random-unitary channel's branch drawn with `key` (its probability `w_i` is its
-    weight, whatever the state), and the log-probability of the draws.
+    """`ops` (whose channels are all Pauli channels: `only_pauli_channels`) with each channel's branch
+    drawn with `key` (its probability `w_i` is its weight, whatever the state), and the log-probability of
+    the draws.
 
-    What remains is a circuit of gates, `Branch` gates where the drawn unitaries act: the state-vector
+    What remains is a circuit of gates, `QubitUnitary` gates where drawn Paulis act: the state-vector
     pipeline fuses them with the gates around them, and the adjoint walk can differentiate the circuit.
-    A Pauli branch (every channel but a general mixture) joins a Pauli frame that moves past Clifford
-    gates (`_CLIFFORD`: CNOT, CZ, SWAP, H, S, Paulis) unchanged and is applied just before the next other
-    gate on its wires, so a CNOT ladder with noise after every CNOT stays a ladder. `Repeat` blocks stay
-    blocks: the draws of their layers are stacked like their parameters (a row of noise per layer); the
-    frame is applied before a block, and what a layer's frame holds at its end at the start of the next
-    layer (fused into its first gates) or, for the last, after the block. `push=False` applies each branch
-    where its channel stands instead."""
+    Each drawn word joins a Pauli frame that moves past Clifford gates (`_CLIFFORD`: CNOT, CZ, SWAP, H,
+    S, Paulis) unchanged and is applied just before the next other gate on its wires, so a CNOT ladder
+    with noise after every CNOT stays a ladder. `Repeat` blocks stay blocks: the draws of their layers are
+    stacked like their parameters (a row of noise per layer); the frame is applied before a block, and
+    what a layer's frame holds at its end at the start of the next layer (fused into its first gates) or,
+    for the last, after the block. `push=False` applies each branch where its channel stands instead."""
     # Every branch is drawn by the Gumbel-max trick (argmax(log w + g) is distributed as categorical(w))
     # from one array of noise: XLA takes a second or more to compile each `jax.random` call on the CPU.
     return _drawn(ops, jax.random.gumbel(key, (_noise_size(ops),), real_dtype()), push)
@@ -289,10 +266,10 @@ def _drawn(ops, noise: Array, push: bool, keep_tail: bool = False):
     returned, as `(wires, x, z)` (a `Repeat` body's: see `drawn`), after the ops and log-probability."""
     out, logp = [], jnp.zeros((), real_dtype())
     channels = [op for op in ops if isinstance(op, AbstractChannel)]
-    used = len(channels) * max((_branches(c) for c in channels), default=0)
+    used = len(channels) * max((len(c.pauli_branches()) for c in channels), default=0)
     bits = None
     if channels:
-        row, index, weight, bits = _draw_all(channels, noise[:used])
+        row, weight, bits = _draw_all(channels, noise[:used])
         logp = logp + jnp.sum(jnp.log(weight))
         width = bits.shape[1]  # wires per row of `bits`
         bits = bits.reshape(-1)
@@ -301,12 +278,9 @@ def _drawn(ops, noise: Array, push: bool, keep_tail: bool = False):
     for op in ops:
         if isinstance(op, AbstractChannel):
             j, drawn_here = row[drawn_here], drawn_here + 1
-            if op.pauli_branches() is None:
-                out += frame.flush(op.wires) + [Branch(op.weighted_kraus()[1][index[j]], op.wires)]
-            else:
-                frame.absorb(op.wires, 2 * width * j)
-                if not push:  # each branch where its channel stands (the tests' reference)
-                    out += frame.flush(op.wires)
+            frame.absorb(op.wires, 2 * width * j)
+            if not push:  # each branch where its channel stands (the tests' reference)
+                out += frame.flush(op.wires)
         elif _noisy_block(op):
             op.check_layers()
             size = _layer_noise(op)
@@ -327,12 +301,9 @@ def _drawn(ops, noise: Array, push: bool, keep_tail: bool = False):
                 # What a layer's frame still holds at its end is applied at the start of the next one, where
                 # fusion merges it into that layer's first gates; the last layer's, after the block.
                 start = _paulis(*(jnp.concatenate([jnp.zeros_like(b[:1]), b[:-1]]) for b in (x, z)))
-                first = [Branch(start[:, k], (w,)) for k, w in enumerate(tail_wires)]
+                first = eqx.filter_vmap(_on_wires)(start, tail_wires)  # matrices stacked per layer
                 body = Circuit(first + list(body.ops), num_wires=body.num_wires)
-                end = _paulis(x[-1], z[-1])
-                out += [Repeat(body, length=op.length)] + [
-                    Branch(end[k], (w,)) for k, w in enumerate(tail_wires)
-                ]
+                out += [Repeat(body, length=op.length), *_on_wires(_paulis(x[-1], z[-1]), tail_wires)]
             else:
                 out.append(Repeat(body, length=op.length))
         elif isinstance(op, Repeat):

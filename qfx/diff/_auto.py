@@ -68,12 +68,18 @@ def walks(backend, measurement, circuit, initial_state, args) -> bool:
     state_bytes = state.size * state.dtype.itemsize
     small = state_bytes <= SMALL_STATE_BYTES and _stacks_over(circuit.ops, SEQUENTIAL_BYTES // state_bytes)
     deep = _kept_layers(circuit.ops) * state_bytes > CHECKPOINT_MEMORY_FRACTION * memory_limit_bytes()
-    if not (small or deep):
-        return False
+    return (small or deep) and walkable(backend, measurement, circuit, args)
+
+
+def walkable(backend: AbstractStateVectorBackend, measurement, circuit, args) -> bool:
+    """Whether the adjoint walk (`adjoint_scalar`) gives this measurement's derivatives as backprop would:
+    one real output, real parameters, no keys or indices among the arrays it reads. `Auto`'s rule, less
+    its cost test; `qfx.Trajectories()` asks it of the circuits its trajectories run."""
     if not all(eqx.is_inexact_array(x) and not jnp.iscomplexobj(x) for x in jax.tree.leaves(circuit)):
         return False  # matrix entries (see `Auto`), or leaves that are not numbers to differentiate
     if any(eqx.is_array(x) and not eqx.is_inexact_array(x) for x in jax.tree.leaves(args)):
         return False  # keys (shots) and indices: sampled estimates, not differentiated through the walk
+    state = backend.state_struct(circuit)
     out = jax.eval_shape(lambda psi: measurement.post(backend.measure(measurement, psi, args)), state)
     return isinstance(out, jax.ShapeDtypeStruct) and out.size == 1 and jnp.issubdtype(out.dtype, jnp.floating)
 
