@@ -74,7 +74,7 @@ def walks(backend, measurement, circuit, initial_state, args) -> bool:
 def walkable(backend: AbstractStateVectorBackend, measurement, circuit, args) -> bool:
     """Whether the adjoint walk (`adjoint_scalar`) gives this measurement's derivatives as backprop would:
     one real output, real parameters, no keys or indices among the arrays it reads. `Auto`'s rule, less
-    its cost test; `qfx.Trajectories()` asks it of the circuits its trajectories run."""
+    its cost test; `qfx.Trajectories()` asks it of the noisy circuit whose drawn trajectories it walks."""
     if not all(eqx.is_inexact_array(x) and not jnp.iscomplexobj(x) for x in jax.tree.leaves(circuit)):
         return False  # matrix entries (see `Auto`), or leaves that are not numbers to differentiate
     if any(eqx.is_array(x) and not eqx.is_inexact_array(x) for x in jax.tree.leaves(args)):
