@@ -22,6 +22,7 @@ Usage:
     python benchmarks/first_call.py                 # n = 4, 8, 12, 16, 20; L = 10, 200
     python benchmarks/first_call.py --quick         # n = 4, 12; L = 10, 200
     python benchmarks/first_call.py --widths 8 --depths 10 50 200
+    python benchmarks/first_call.py --columns jit_flat     # one column (the others print "-")
 """
 
 import argparse
@@ -131,6 +132,7 @@ print("RESULT " + json.dumps({"first": time.perf_counter() - start}))
 """
 
 
+COLUMNS = ["eager_expval", "eager_grad", "jit_flat", "jit_repeat", "cache", "lightning"]
 TIMEOUT = 120  # seconds a cell may take; longer ones print "> 120 s"
 
 
@@ -175,6 +177,9 @@ def main():
     parser.add_argument("--widths", type=int, nargs="*", default=None)
     parser.add_argument("--depths", type=int, nargs="*", default=None)
     parser.add_argument("--no-rss", action="store_true", help="skip the memory table")
+    parser.add_argument(
+        "--columns", nargs="*", choices=COLUMNS, default=COLUMNS, help="the columns to measure (default: all)"
+    )
     args = parser.parse_args()
     widths = args.widths or ((4, 12) if args.quick else (4, 8, 12, 16, 20))
     depths = args.depths or (10, 200)
@@ -189,16 +194,20 @@ def main():
     for n in widths:
         for L in depths:
             modes = ("eager_expval", "eager_grad", "jit_flat", "jit_repeat")
-            cells = [run(WORKER, [mode, n, L]) for mode in modes]
-            with tempfile.TemporaryDirectory() as cache:
-                env = {
-                    "JAX_COMPILATION_CACHE_DIR": cache,
-                    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-                    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
-                }
-                run(WORKER, ["eager_grad", n, L], env=env)
-                cached = run(WORKER, ["eager_grad", n, L], env=env)
-            peer = run(LIGHTNING, [n, L], python=str(PEERS_PYTHON)) if lightning else {"first": None}
+            cells = [run(WORKER, [mode, n, L]) if mode in args.columns else {"first": None} for mode in modes]
+            cached = {}
+            if "cache" in args.columns:
+                with tempfile.TemporaryDirectory() as cache:
+                    env = {
+                        "JAX_COMPILATION_CACHE_DIR": cache,
+                        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+                        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+                    }
+                    run(WORKER, ["eager_grad", n, L], env=env)
+                    cached = run(WORKER, ["eager_grad", n, L], env=env)
+            peer = {"first": None}
+            if lightning and "lightning" in args.columns:
+                peer = run(LIGHTNING, [n, L], python=str(PEERS_PYTHON))
             row = [pair(c) for c in cells] + [fmt(cached.get("first")), pair(peer)]
             print(f"| {n} | {L} | " + " | ".join(row) + " |", flush=True)
     if not args.no_rss:

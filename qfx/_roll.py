@@ -8,8 +8,9 @@ static fields, leaf shapes and dtypes, never values) and stacks the repeated lay
 compilation of one circuit structure rolls the same way and new parameter values reuse the program.
 
 The stacking is a JAX function of the original leaves, so derivatives flow back to them: the circuit a
-user differentiates keeps its flat shape. Results change only by rounding (fusion then acts within a
-layer, not across layers).
+user differentiates keeps its flat shape. Under `jax.jit` it concatenates the leaves in small groups
+(`_device_stack`), which XLA compiles far faster than one stack of hundreds of scalars. Results change
+only by rounding (fusion then acts within a layer, not across layers).
 """
 
 import functools
@@ -74,8 +75,41 @@ def _best_run(codes: np.ndarray) -> tuple[int, int, int] | None:
     return best
 
 
-def _device_stack(xs):
-    return jnp.stack([jnp.asarray(x) for x in xs])
+# Stacking many small leaves traced under the user's `jax.jit` (a flat list's `theta[l, i]`, one per gate):
+# as one `jnp.stack`, XLA's CPU compiler merges the concatenation of every scalar slice into one kernel
+# whose compile time and memory grow with the number of gates (the flat rows of `benchmarks/first_call.py`).
+# Concatenated in groups of `_STACK_ARITY`, each level behind an optimisation barrier (which keeps XLA's
+# simplifier from flattening the levels back into one concatenation before the barriers are dropped), the
+# kernels stay small. Groups of 16 were as slow as one stack; 4 and 8 alike.
+_STACK_ARITY = 4
+
+
+def _grouped_concatenate(xs: tuple) -> jax.Array:
+    ys = [x[None] for x in xs]
+    while len(ys) > 1:
+        groups = (jnp.concatenate(ys[i : i + _STACK_ARITY]) for i in range(0, len(ys), _STACK_ARITY))
+        ys = [jax.lax.optimization_barrier(g) for g in groups]
+    return ys[0]
+
+
+@jax.custom_jvp
+def _grouped_stack(xs: tuple) -> jax.Array:
+    return _grouped_concatenate(xs)
+
+
+@_grouped_stack.defjvp
+def _grouped_stack_jvp(primals, tangents):
+    # The tangent as a plain stack: in reverse mode it is only transposed, to one slice per leaf (the
+    # barriers' transposes would be a second tree of kernels).
+    (xs,), (dxs,) = primals, tangents
+    return _grouped_concatenate(xs), jnp.stack(dxs)
+
+
+def _device_stack(xs) -> jax.Array:
+    xs = tuple(jnp.asarray(x) for x in xs)
+    if len({(x.shape, x.dtype) for x in xs}) > 1 or not jnp.issubdtype(xs[0].dtype, jnp.inexact):
+        return jnp.stack(xs)
+    return _grouped_stack(xs)
 
 
 def _stack(layers: list[Circuit], stack) -> Repeat:

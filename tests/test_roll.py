@@ -128,6 +128,59 @@ def test_rolling_works_inside_jit_of_a_circuit_built_from_an_array():
     assert "scan" in jaxpr
 
 
+@pytest.mark.parametrize("count", [2, 3, 4, 5, 17, 64, 70])
+def test_the_grouped_stack_is_jnp_stack(count):
+    """Leaves traced under `jax.jit` are stacked in groups (`_roll._device_stack`): the same array as
+    `jnp.stack`, with the same derivatives in both modes, for counts that fill the groups or not."""
+    rng = np.random.default_rng(count)
+    scalars = tuple(jnp.float32(x) for x in rng.normal(size=count))
+    matrices = tuple(
+        jnp.asarray(rng.normal(size=(2, 2)) + 1j * rng.normal(size=(2, 2)), jnp.complex64)
+        for _ in range(count)
+    )
+    for xs in (scalars, matrices):
+        got = jax.jit(_roll._device_stack)(xs)
+        assert got.shape == (count,) + xs[0].shape and got.dtype == xs[0].dtype
+        np.testing.assert_array_equal(np.asarray(got), np.stack([np.asarray(x) for x in xs]))
+        weights = jnp.asarray(rng.normal(size=got.shape), got.dtype)
+
+        def loss(ys, stack, weights=weights):
+            return jnp.real(jnp.sum(weights * jnp.sin(stack(ys))))
+
+        grads = jax.jit(jax.grad(lambda ys: loss(ys, _roll._device_stack)))(xs)
+        want = jax.grad(lambda ys: loss(ys, jnp.stack))(xs)
+        assert tree_allclose(grads, want, rtol=1e-6, atol=1e-6)
+        tangents = tuple(jnp.ones_like(x) * (i + 1) for i, x in enumerate(xs))
+        _, forward = jax.jit(lambda ys, ts: jax.jvp(_roll._device_stack, (ys,), (ts,)))(xs, tangents)
+        np.testing.assert_array_equal(np.asarray(forward), np.stack([np.asarray(t) for t in tangents]))
+    integers = tuple(jnp.int32(i) for i in range(count))  # not differentiated: a plain stack
+    np.testing.assert_array_equal(np.asarray(jax.jit(_roll._device_stack)(integers)), np.arange(count))
+
+
+def test_inside_jit_a_flat_circuit_has_the_rolled_circuits_forward_mode_hessian_and_batches():
+    theta = _theta(13, 8, 3)
+    obs = qfx.X(0) @ qfx.Z(1) + 0.5 * qfx.Y(2)
+
+    def flat(t):
+        return qfx.expval(_flat(t), obs)
+
+    def rolled(t):
+        return qfx.expval(_rolled(t), obs)
+
+    tangent = jnp.asarray(np.random.default_rng(14).normal(size=theta.shape), jnp.float32)
+    got = jax.jit(lambda t: jax.jvp(flat, (t,), (tangent,)))(theta)
+    want = jax.jit(lambda t: jax.jvp(rolled, (t,), (tangent,)))(theta)
+    assert tree_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert abs(float(got[1])) > 1e-3
+    small = theta[:6, :, :]  # 6 layers of 3 wires: 48 gates, the smallest run that rolls
+    h_flat = jax.jit(jax.hessian(flat))(small)
+    h_rolled = jax.jit(jax.hessian(rolled))(small)
+    assert tree_allclose(h_flat, h_rolled, rtol=1e-4, atol=1e-4)
+    batch = jnp.stack([theta, theta * 0.5, -theta])
+    batched = jax.jit(jax.vmap(flat))(batch), jax.jit(jax.vmap(rolled))(batch)
+    assert tree_allclose(*batched, rtol=1e-5, atol=1e-5)
+
+
 def _count(monkeypatch) -> list:
     """Counts the traces of the default method's rule (it runs only when a program is traced)."""
     calls = []
