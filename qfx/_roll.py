@@ -106,8 +106,10 @@ def _grouped_stack_jvp(primals, tangents):
 
 
 def _device_stack(xs) -> jax.Array:
+    """The leaves of one position across the layers (one shape and dtype: `_key`), stacked; keys and
+    integers, which have no tangents, as a plain stack."""
     xs = tuple(jnp.asarray(x) for x in xs)
-    if len({(x.shape, x.dtype) for x in xs}) > 1 or not jnp.issubdtype(xs[0].dtype, jnp.inexact):
+    if not jnp.issubdtype(xs[0].dtype, jnp.inexact):
         return jnp.stack(xs)
     return _grouped_stack(xs)
 
