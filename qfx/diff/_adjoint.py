@@ -136,10 +136,13 @@ def adjoint_scalar(backend, measurement, circuit, initial_state, args):
     def scalar(*primals):
         return walk.value(*primals)
 
+    @_in_one_piece
+    def walked(*primals):  # the value and the gradient: the forward pass and the walk
+        return walk.pull(primals, walk.simulate(*primals[:2]))
+
     @scalar.defjvp
     def scalar_jvp(primals, tangents):
-        psi = walk.simulate(*primals[:2])
-        value, grads = walk.pull(primals, psi)
+        value, grads = walked(*primals)
         # JAX's cotangent `g` of a real function of a complex `z` gives `df = Re(sum(g dz))`.
         terms = [
             jnp.sum((jnp.real(g * t) if jnp.iscomplexobj(g) else g * t).astype(value.dtype))
@@ -148,3 +151,17 @@ def adjoint_scalar(backend, measurement, circuit, initial_state, args):
         return value, jnp.reshape(sum(terms, jnp.zeros((), value.dtype)), value.shape).astype(value.dtype)
 
     return scalar(*walk.primals)
+
+
+def _in_one_piece(fn):
+    """`fn` with its own derivatives (JAX's), bound as one `jax.custom_jvp` call.
+
+    Reverse mode (`jax.grad`, `jax.value_and_grad`) linearises a `jax.custom_jvp` by partially evaluating
+    its rule, and partial evaluation has no shortcut for a `lax.scan` whose inputs are all known: it
+    partially evaluates the body again and hoists its known part. A custom_jvp call whose inputs are all
+    known is bound whole where the rule's primal half runs (`JaxprTrace.process_custom_jvp_call`), so
+    the walk's scans are processed once. Its rule is `jax.jvp` of `fn`: higher orders differentiate the
+    walk as before."""
+    wrapped = jax.custom_jvp(fn)
+    wrapped.defjvp(lambda primals, tangents: jax.jvp(fn, primals, tangents))
+    return wrapped
