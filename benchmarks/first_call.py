@@ -13,7 +13,10 @@ everything a user waits for after `import qfx` except the import itself:
 - `lightning`: PennyLane's lightning.qubit adjoint gradient, first call (from the peers environment,
   `benchmarks/peers/setup.sh`; skipped when it is missing);
 - `persistent cache`: with JAX's persistent compilation cache in a temporary folder, the first call of
-  the eager gradient in a second process after a first one filled it.
+  the eager gradient in a second process after a first one filled it;
+- `eager grad, circuit built from an array` (only with `--columns eager_grad_array`): `jax.grad` of
+  `lambda theta: qfx.expval(flat(theta), H)` without `jax.jit`, first / second call. JAX differentiates
+  the function's own `theta[l, i, k]` one by one there (see `docs/guides/performance.md`).
 
 A last table gives the peak resident memory (`ru_maxrss`) of one value_and_grad of the flat HEA(20, 20),
 with `qfx.diff.Adjoint()` and with the default, each in its own process.
@@ -23,6 +26,7 @@ Usage:
     python benchmarks/first_call.py --quick         # n = 4, 12; L = 10, 200
     python benchmarks/first_call.py --widths 8 --depths 10 50 200
     python benchmarks/first_call.py --columns jit_flat     # one column (the others print "-")
+    python benchmarks/first_call.py --quick --columns eager_grad eager_grad_array
 """
 
 import argparse
@@ -88,6 +92,11 @@ elif mode == "eager_grad":
     first, second = flat(thetas()), flat(thetas())
     out["first"] = timed(lambda: jax.grad(cost)(first))
     out["second"] = timed(lambda: jax.grad(cost)(second))
+elif mode == "eager_grad_array":  # the circuit built from a parameter array inside the function
+    cost = lambda t: qfx.expval(flat(t), H)
+    first, second = jnp.asarray(thetas()), jnp.asarray(thetas())
+    out["first"] = timed(lambda: jax.grad(cost)(first))
+    out["second"] = timed(lambda: jax.grad(cost)(second))
 elif mode in ("jit_flat", "jit_repeat"):
     build = flat if mode == "jit_flat" else rolled
     fn = jax.jit(jax.value_and_grad(lambda t: qfx.expval(build(t), H)))
@@ -132,7 +141,8 @@ print("RESULT " + json.dumps({"first": time.perf_counter() - start}))
 """
 
 
-COLUMNS = ["eager_expval", "eager_grad", "jit_flat", "jit_repeat", "cache", "lightning"]
+COLUMNS = ["eager_expval", "eager_grad", "jit_flat", "jit_repeat", "cache", "lightning", "eager_grad_array"]
+DEFAULT_COLUMNS = COLUMNS[:-1]  # eager_grad_array takes minutes per cell from L = 200 on: asked for by name
 TIMEOUT = 120  # seconds a cell may take; longer ones print "> 120 s"
 
 
@@ -178,19 +188,25 @@ def main():
     parser.add_argument("--depths", type=int, nargs="*", default=None)
     parser.add_argument("--no-rss", action="store_true", help="skip the memory table")
     parser.add_argument(
-        "--columns", nargs="*", choices=COLUMNS, default=COLUMNS, help="the columns to measure (default: all)"
+        "--columns",
+        nargs="*",
+        choices=COLUMNS,
+        default=DEFAULT_COLUMNS,
+        help="the columns to measure (default: all but eager_grad_array)",
     )
     args = parser.parse_args()
     widths = args.widths or ((4, 12) if args.quick else (4, 8, 12, 16, 20))
     depths = args.depths or (10, 200)
     lightning = PEERS_PYTHON.exists()
+    array = "eager_grad_array" in args.columns
     start = time.perf_counter()
     print(f"{sys.version.split()[0]}, {os.cpu_count()} CPUs; fresh process per cell; complex64\n")
     print(
         "| n | L | eager expval first / second | eager grad first / second | jit v&g flat | "
         "jit v&g repeat first / steady | persistent cache, new process | lightning adjoint |"
+        + (" eager grad, circuit built from an array, first / second |" if array else "")
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if array else ""))
     for n in widths:
         for L in depths:
             modes = ("eager_expval", "eager_grad", "jit_flat", "jit_repeat")
@@ -209,6 +225,8 @@ def main():
             if lightning and "lightning" in args.columns:
                 peer = run(LIGHTNING, [n, L], python=str(PEERS_PYTHON))
             row = [pair(c) for c in cells] + [fmt(cached.get("first")), pair(peer)]
+            if array:
+                row.append(pair(run(WORKER, ["eager_grad_array", n, L])))
             print(f"| {n} | {L} | " + " | ".join(row) + " |", flush=True)
     if not args.no_rss:
         print("\nPeak RSS of jit(value_and_grad) of the flat HEA(20, 20), one fresh process each\n")
