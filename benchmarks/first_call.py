@@ -142,7 +142,7 @@ print("RESULT " + json.dumps({"first": time.perf_counter() - start}))
 
 
 COLUMNS = ["eager_expval", "eager_grad", "jit_flat", "jit_repeat", "cache", "lightning", "eager_grad_array"]
-DEFAULT_COLUMNS = COLUMNS[:-1]  # eager_grad_array takes minutes per cell from L = 200 on: asked for by name
+DEFAULT_COLUMNS = COLUMNS[:-1]  # eager_grad_array takes minutes per cell from L = 50 on: asked for by name
 TIMEOUT = 120  # seconds a cell may take; longer ones print "> 120 s"
 
 

@@ -112,13 +112,14 @@ def _evaluate(diff, backend, measurement, circuit, initial_state, args, single):
     structure reuses the program (`_compiled`); a flat circuit of concrete values is rolled before it, on
     the host, so that the program takes a few stacked arrays (under `jax.grad`, inside it). Inside the
     user's `jax.jit` it is traced in place, as anything else there is."""
-    leaves = jax.tree.leaves((circuit, initial_state, args))
+    flat = jax.tree.flatten(circuit)  # once: a flat list of thousands of gates takes milliseconds
+    leaves = flat[0] + jax.tree.leaves((initial_state, args))
     if _staged(leaves):
         return _run(diff, backend, measurement, circuit, initial_state, args, single)
     if diff is not None and _eager_reverse(leaves):
         return _reverse(diff, backend, measurement, circuit, initial_state, args, single)
-    if not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(circuit)):
-        circuit = roll(circuit, on_host=True)  # the program then takes a few stacked arrays
+    if not any(isinstance(x, jax.core.Tracer) for x in flat[0]):
+        circuit = roll_on_host(circuit, flat)[0]  # the program then takes a few stacked arrays
     return _compiled(diff, backend, measurement, circuit, initial_state, args, single)
 
 
@@ -227,22 +228,24 @@ def _reverse(diff, backend, measurement, circuit, initial_state, args, single):
     host."""
     leaves, treedef = jax.tree.flatten((circuit, initial_state, args))
     traced = tuple(i for i, x in enumerate(leaves) if isinstance(x, jax.core.Tracer))
-    in_circuit = len(jax.tree.leaves(circuit))
+    circuit_def = jax.tree_util.treedef_children(treedef)[0]
+    in_circuit = circuit_def.num_leaves
     where = {}  # traced leaf -> (position among the differentiated rolled leaves, index in its stack)
 
-    def tree(values):
-        full = list(leaves)
+    def full(values) -> list:
+        out = list(leaves)
         for i, v in zip(traced, values, strict=True):
-            full[i] = v
-        return jax.tree.unflatten(treedef, full)
+            out[i] = v
+        return out
 
     @jax.custom_vjp
     def measure(*values):
-        return _compiled(diff, backend, measurement, *tree(values), single)
+        return _compiled(diff, backend, measurement, *jax.tree.unflatten(treedef, full(values)), single)
 
     def fwd(*values):
-        c, s, a = tree(values)
-        rolled, index = roll_on_host(c)
+        f = full(values)
+        c, s, a = jax.tree.unflatten(treedef, f)
+        rolled, index = roll_on_host(c, (f[:in_circuit], circuit_def))
         rest = len(leaves) - in_circuit
         source = (index or tuple(range(in_circuit))) + tuple(range(in_circuit, in_circuit + rest))
         wanted, differentiated = [], set(traced)

@@ -41,7 +41,9 @@ def _key(op) -> object:
 
 
 def _aval(x) -> tuple:
-    if hasattr(x, "shape") and hasattr(x, "dtype"):
+    if isinstance(x, (jax.Array, np.ndarray)):  # the common case first: tracers are jax.Arrays too
+        return x.shape, x.dtype
+    if hasattr(x, "shape") and hasattr(x, "dtype"):  # a `_Tag`, a jax.ShapeDtypeStruct
         return tuple(x.shape), np.dtype(x.dtype)
     return np.shape(x), np.result_type(x)
 
@@ -176,10 +178,11 @@ def roll(circuit: Circuit, *, on_host: bool = False) -> Circuit:
     return Circuit(ops, circuit.num_wires)
 
 
-def roll_on_host(circuit: Circuit) -> tuple[Circuit, tuple | None]:
+def roll_on_host(circuit: Circuit, flat: tuple | None = None) -> tuple[Circuit, tuple | None]:
     """`roll(circuit, on_host=True)`, and where each leaf of the rolled circuit comes from: for each, the
-    position of the original leaf or the tuple of positions that it stacks (None when nothing rolls)."""
-    leaves, treedef = jax.tree.flatten(circuit)
+    position of the original leaf or the tuple of positions that it stacks (None when nothing rolls).
+    `flat`: `jax.tree.flatten(circuit)`, where the caller has it already."""
+    leaves, treedef = jax.tree.flatten(circuit) if flat is None else flat
     plan = _plan(treedef, tuple(_aval(x) for x in leaves))
     if plan is None:
         return circuit, None
