@@ -113,11 +113,12 @@ def _evaluate(diff, backend, measurement, circuit, initial_state, args, single):
     the host, so that the program takes a few stacked arrays (under `jax.grad`, inside it). Inside the
     user's `jax.jit` it is traced in place, as anything else there is."""
     flat = jax.tree.flatten(circuit)  # once: a flat list of thousands of gates takes milliseconds
-    leaves = flat[0] + jax.tree.leaves((initial_state, args))
+    rest = jax.tree.flatten((initial_state, args))
+    leaves = flat[0] + rest[0]
     if _staged(leaves):
         return _run(diff, backend, measurement, circuit, initial_state, args, single)
     if diff is not None and _eager_reverse(leaves):
-        return _reverse(diff, backend, measurement, circuit, initial_state, args, single)
+        return _reverse(diff, backend, measurement, flat, rest, single)
     if not any(isinstance(x, jax.core.Tracer) for x in flat[0]):
         circuit = roll_on_host(circuit, flat)[0]  # the program then takes a few stacked arrays
     return _compiled(diff, backend, measurement, circuit, initial_state, args, single)
@@ -219,35 +220,35 @@ def _under_linearize() -> bool:
     return False
 
 
-def _reverse(diff, backend, measurement, circuit, initial_state, args, single):
+def _reverse(diff, backend, measurement, flat, rest, single):
     """An eager reverse-mode derivative of the measurement, as two programs compiled once per structure:
     the forward pass with its residuals (`jax.vjp` of `_run`, on the circuit rolled on the host from the
     concrete primal values) and the pullback. JAX's own route (linearising the cached forward program)
     would take the flat circuit's every scalar as an argument of its own and stack them in the program;
     here the pullback's cotangents of the stacked leaves are split back onto the circuit's leaves on the
-    host."""
-    leaves, treedef = jax.tree.flatten((circuit, initial_state, args))
+    host. `flat`, `rest`: `jax.tree.flatten` of the circuit and of `(initial_state, args)`."""
+    (circuit_leaves, circuit_def), (rest_leaves, rest_def) = flat, rest
+    leaves = circuit_leaves + rest_leaves
+    in_circuit = len(circuit_leaves)
     traced = tuple(i for i, x in enumerate(leaves) if isinstance(x, jax.core.Tracer))
-    circuit_def = jax.tree_util.treedef_children(treedef)[0]
-    in_circuit = circuit_def.num_leaves
     where = {}  # traced leaf -> (position among the differentiated rolled leaves, index in its stack)
 
-    def full(values) -> list:
-        out = list(leaves)
+    def trees(values) -> tuple:
+        """The circuit's leaves with `values` put in, and `(initial_state, args)`."""
+        full = list(leaves)
         for i, v in zip(traced, values, strict=True):
-            out[i] = v
-        return out
+            full[i] = v
+        return full[:in_circuit], jax.tree.unflatten(rest_def, full[in_circuit:])
 
     @jax.custom_vjp
     def measure(*values):
-        return _compiled(diff, backend, measurement, *jax.tree.unflatten(treedef, full(values)), single)
+        c, (s, a) = trees(values)
+        return _compiled(diff, backend, measurement, jax.tree.unflatten(circuit_def, c), s, a, single)
 
     def fwd(*values):
-        f = full(values)
-        c, s, a = jax.tree.unflatten(treedef, f)
-        rolled, index = roll_on_host(c, (f[:in_circuit], circuit_def))
-        rest = len(leaves) - in_circuit
-        source = (index or tuple(range(in_circuit))) + tuple(range(in_circuit, in_circuit + rest))
+        c, (s, a) = trees(values)
+        rolled, index = roll_on_host(jax.tree.unflatten(circuit_def, c), (c, circuit_def))
+        source = (index or tuple(range(in_circuit))) + tuple(range(in_circuit, len(leaves)))
         wanted, differentiated = [], set(traced)
         for k, src in enumerate(source):
             stacked = isinstance(src, tuple)

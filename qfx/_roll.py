@@ -164,14 +164,9 @@ def _plan(treedef, avals: tuple) -> tuple | None:
     return rolled, tuple(t.index for t in tags)
 
 
-def roll(circuit: Circuit, *, on_host: bool = False) -> Circuit:
+def roll(circuit: Circuit) -> Circuit:
     """`circuit` with its repeated layers of gates as `Repeat` blocks (see the module's docstring); the
-    circuit itself when nothing repeats.
-
-    `on_host`: the leaves are concrete (an eager call): the plan is cached per structure and the layers'
-    leaves are stacked with NumPy, with no device kernel to run or compile."""
-    if on_host:
-        return roll_on_host(circuit)[0]
+    circuit itself when nothing repeats."""
     ops = roll_ops(circuit.ops, circuit.num_wires)
     if len(ops) == len(circuit.ops):
         return circuit
@@ -179,9 +174,11 @@ def roll(circuit: Circuit, *, on_host: bool = False) -> Circuit:
 
 
 def roll_on_host(circuit: Circuit, flat: tuple | None = None) -> tuple[Circuit, tuple | None]:
-    """`roll(circuit, on_host=True)`, and where each leaf of the rolled circuit comes from: for each, the
-    position of the original leaf or the tuple of positions that it stacks (None when nothing rolls).
-    `flat`: `jax.tree.flatten(circuit)`, where the caller has it already."""
+    """`roll(circuit)` for concrete leaves (an eager call): the plan is cached per structure and the layers'
+    leaves are stacked with NumPy, with no device kernel to run or compile. Also returns where each leaf of
+    the rolled circuit comes from: for each, the position of the original leaf or the tuple of positions
+    that it stacks (None when nothing rolls). `flat`: `jax.tree.flatten(circuit)`, where the caller has
+    it already."""
     leaves, treedef = jax.tree.flatten(circuit) if flat is None else flat
     plan = _plan(treedef, tuple(_aval(x) for x in leaves))
     if plan is None:
