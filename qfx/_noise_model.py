@@ -71,8 +71,9 @@ class AfterGates(eqx.Module):
         self.gates = gates
         self.wires = _check_wire_filter("AfterGates", wires)
 
-    def after(self, gate: AbstractGate, layers: tuple[int, ...]) -> list[AbstractChannel]:
-        """The channels this rule puts after `gate` (inside `Repeat` blocks of `layers` layers)."""
+    def after(self, gate: AbstractGate, channel: AbstractChannel) -> list[AbstractChannel]:
+        """The channels this rule puts after `gate`: `channel` (the rule's, its leaves broadcast over the
+        layers of the `Repeat` blocks around the gate: `_stacked`) on the gate's wires."""
         if self.gates is not None and not isinstance(gate, self.gates):
             return []
         on = gate.wires if self.wires is None else tuple(w for w in gate.wires if w in self.wires)
@@ -80,9 +81,9 @@ class AfterGates(eqx.Module):
             return []
         width = len(self.channel.wires)
         if width == 1:
-            return [_stacked(self.channel.on((w,)), layers) for w in on]
+            return [channel.on((w,)) for w in on]
         if width == len(gate.wires):
-            return [_stacked(self.channel.on(gate.wires), layers)]
+            return [channel.on(gate.wires)]
         raise ValueError(
             f"qfx.AfterGates: {self.channel!r} acts on {width} wires, so it cannot follow {gate!r} on "
             f"{len(gate.wires)}; use a one-qubit channel (inserted on each wire) or restrict gates=."
@@ -112,10 +113,9 @@ class Readout(eqx.Module):
             raise ValueError(f"qfx.Readout: the channel must act on one wire, got {self.channel!r}.")
         self.wires = _check_wire_filter("Readout", wires)
 
-    def before(self, wires, layers: tuple[int, ...]) -> list[AbstractChannel]:
-        return [
-            _stacked(self.channel.on((w,)), layers) for w in wires if self.wires is None or w in self.wires
-        ]
+    def before(self, wires, channel: AbstractChannel) -> list[AbstractChannel]:
+        """`channel` (the rule's, broadcast as in `AfterGates.after`) on each of `wires` it applies to."""
+        return [channel.on((w,)) for w in wires if self.wires is None or w in self.wires]
 
 
 class NoiseModel(eqx.Module):
@@ -161,10 +161,13 @@ class NoiseModel(eqx.Module):
         ops = self._ops(circuit.ops, circuit.num_wires, ())
         readouts = [r for r in self.rules if isinstance(r, Readout)]
         for r in readouts:
-            ops += r.before(range(circuit.num_wires), ())
+            ops += r.before(range(circuit.num_wires), r.channel)
         return Circuit(ops, circuit.num_wires)
 
     def _ops(self, ops, n: int, layers: tuple[int, ...]) -> list:
+        # Each rule's channel broadcast once per nesting of `Repeat` blocks: every insertion shares those
+        # arrays, so the program holds one copy, and the gradient one sum over the layers, per rule.
+        channels = [_stacked(r.channel, layers) for r in self.rules]
         out = []
         for op in ops:
             if isinstance(op, Repeat):
@@ -172,12 +175,12 @@ class NoiseModel(eqx.Module):
                 out.append(Repeat(body, op.length))
                 continue
             if isinstance(op, MidMeasure):
-                for r in self.rules:
+                for r, channel in zip(self.rules, channels, strict=True):
                     if isinstance(r, Readout):
-                        out += r.before((op.wire,), layers)
+                        out += r.before((op.wire,), channel)
             out.append(op)
             if isinstance(op, AbstractGate):
-                for r in self.rules:
+                for r, channel in zip(self.rules, channels, strict=True):
                     if isinstance(r, AfterGates):
-                        out += r.after(op, layers)
+                        out += r.after(op, channel)
         return out

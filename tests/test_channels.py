@@ -9,8 +9,8 @@ import pytest
 
 import qfx
 from qfx import _control
-from qfx._densitymatrix import _control as _mixed
-from qfx._densitymatrix._doubled import SuperBlock, doubled
+from qfx._densitymatrix import _backend as _dm_backend, _control as _mixed
+from qfx._densitymatrix._doubled import SuperBlock, doubled, representable_in_pauli_basis
 
 from . import reference_mixed as mref
 from .helpers import ANGLE_GATES, central_difference, random_unitary, tree_allclose
@@ -195,6 +195,95 @@ def test_superoperator_blocks_on_four_wires_flat_and_repeated(x64):
     assert abs(float(qfx.expval(c, obs)) - mref.expval(c, obs)) < 1e-10
     empty = qfx.Circuit([qfx.H(0), qfx.Repeat(jax.tree.map(lambda x: x[:0], stacked)), *noise], num_wires=n)
     assert abs(float(qfx.expval(empty, obs)) - mref.expval(empty, obs)) < 1e-10
+
+
+TWO_WIRE_GATES = {k: v for k, v in ANGLE_GATES.items() if v[0] <= 2}
+
+
+@pytest.mark.parametrize("pauli", [True, False], ids=["pauli-basis", "superoperators"])
+def test_both_representations_match_the_reference(x64, monkeypatch, pauli):
+    """A circuit of gates and channels on one or two wires runs in the Pauli basis (real transfer matrices,
+    Pauli expectations read off); any other runs as complex superoperators. Forced onto either, random noisy
+    circuits, flat and with a `Repeat`, from |0><0| and from a given density matrix, match the reference:
+    every measurement, and gradients in gate angles and strengths."""
+    calls = []
+    if pauli:
+        run_pauli = _dm_backend.run_pauli
+        monkeypatch.setattr(_dm_backend, "run_pauli", lambda *a: calls.append(None) or run_pauli(*a))
+    else:
+        monkeypatch.setattr(_dm_backend, "representable_in_pauli_basis", lambda ops: False)
+    rng = np.random.default_rng(11)
+    c = random_noisy_circuit(rng, 3, 21, gates=TWO_WIRE_GATES)
+    assert representable_in_pauli_basis(c.ops)
+    hermitian = qfx.Hermitian(_hermitian(random_unitary(rng, 4)), (2, 0))
+    _check_against_reference(c, 0.6 * qfx.X(0) @ qfx.Y(2) - qfx.Z(1) + 0.2 * hermitian, 1e-10)
+    paulis = [qfx.Z(0) @ qfx.X(1) @ qfx.Y(2) + 0.5 * qfx.Y(1), qfx.X(2) - 0.3 * qfx.Z(0), 0.0 * qfx.Z(0)]
+    got = qfx.expval(c, paulis)
+    assert np.allclose(got, [mref.expval(c, o) for o in paulis], atol=1e-10)
+
+    layers = [random_noisy_circuit(np.random.default_rng(12), 3, 7, gates=TWO_WIRE_GATES) for _ in range(3)]
+    for i, layer in enumerate(layers):  # one structure, different values in each layer
+        layers[i] = jax.tree.map(lambda x, i=i: x * (1 - 0.1 * i) if eqx.is_inexact_array(x) else x, layer)
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *layers)
+    deep = qfx.Circuit([*c.ops[:4], qfx.Repeat(stacked), *c.ops[4:8]], num_wires=3)
+    assert representable_in_pauli_basis(deep.ops)
+    a = rng.normal(size=(8, 8)) + 1j * rng.normal(size=(8, 8))
+    rho0 = a @ a.conj().T / np.trace(a @ a.conj().T)
+    assert np.allclose(qfx.density_matrix(deep, initial_state=rho0), mref.final_rho(deep, rho0), atol=1e-10)
+    params, rest = _params_of(deep)
+    obs = paulis[0]
+    value, g = jax.jit(jax.value_and_grad(lambda p: qfx.expval(eqx.combine(p, rest), obs)))(params)
+    assert abs(float(value) - mref.expval(deep, obs)) < 1e-10
+    want = central_difference(lambda p: mref.expval(eqx.combine(p, rest), obs), params, eps=1e-6)
+    assert tree_allclose(g, want, rtol=1e-6, atol=1e-7)
+    assert bool(calls) == pauli
+
+
+@pytest.mark.parametrize("pauli", [True, False], ids=["pauli-basis", "superoperators"])
+def test_blocks_of_one_structure_keep_their_own_values(x64, monkeypatch, pauli):
+    """Blocks of one structure (the same kinds in the same places, on other wires) are multiplied together,
+    batched: a ladder of such blocks, with a different angle and strength in each, flat and as the layers
+    of a `Repeat`, every other CNOT reversed: the density matrix, a Pauli expectation and its gradient in
+    every angle and strength match the reference."""
+    if not pauli:
+        monkeypatch.setattr(_dm_backend, "representable_in_pauli_basis", lambda ops: False)
+    rng = np.random.default_rng(17)
+    n = 6
+
+    def ladder(t, p):
+        ops = []
+        for i in range(n):
+            ops += [qfx.RY(t[i, 0], wires=i), qfx.BitFlip(p[i], wires=i), qfx.RX(t[i, 1], wires=i)]
+        for i in range(n - 1):
+            a, b = (i, i + 1) if i % 2 == 0 else (i + 1, i)
+            ops += [qfx.CNOT(wires=(a, b)), qfx.DepolarizingChannel(p[i + n], wires=a)]
+        return ops
+
+    theta = jnp.asarray(rng.uniform(0, 2 * np.pi, (2, n, 2)))
+    strengths = jnp.asarray(rng.uniform(0.01, 0.3, (2, 2 * n)))
+    flat = qfx.Circuit(ladder(theta[0], strengths[0]), num_wires=n)
+    deep = qfx.Circuit([qfx.repeat(ladder, theta, strengths, num_wires=n)], num_wires=n)
+    obs = qfx.Z(0) @ qfx.X(3) + 0.7 * qfx.Y(4) - 0.2 * qfx.Z(2)
+    for c in (flat, deep):
+        assert np.allclose(qfx.density_matrix(c), mref.final_rho(c), atol=1e-10)
+        assert abs(float(qfx.expval(c, obs)) - mref.expval(c, obs)) < 1e-10
+    params, rest = _params_of(deep)
+    g = jax.grad(lambda q: qfx.expval(eqx.combine(q, rest), obs))(params)
+    want = central_difference(lambda q: mref.expval(eqx.combine(q, rest), obs), params, eps=1e-6)
+    assert tree_allclose(g, want, rtol=1e-6, atol=1e-7)
+
+
+def test_the_pauli_basis_in_complex64_and_its_fallback():
+    """complex64 in the Pauli basis (real float32 coefficients) at 1e-5; a three-wire gate sends the whole
+    circuit to the superoperator path, with the same values."""
+    rng = np.random.default_rng(13)
+    c = random_noisy_circuit(rng, 4, 30, gates=TWO_WIRE_GATES)
+    obs = qfx.Z(0) @ qfx.Z(3) + 0.5 * qfx.X(1) - qfx.Y(2) @ qfx.X(0)
+    assert abs(float(qfx.expval(c, obs)) - mref.expval(c, obs)) < 1e-5
+    assert np.allclose(qfx.probs(c, wires=(3, 1)), mref.probs(c, (3, 1)), atol=1e-5)
+    wide = qfx.Circuit([*c.ops, qfx.Toffoli(wires=(2, 0, 1)), qfx.BitFlip(0.2, wires=1)], num_wires=4)
+    assert not representable_in_pauli_basis(wide.ops)
+    assert abs(float(qfx.expval(wide, obs)) - mref.expval(wide, obs)) < 1e-5
 
 
 def _params_of(circuit):

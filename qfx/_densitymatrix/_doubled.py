@@ -19,8 +19,10 @@ import numpy as np
 
 from .._channels import AbstractChannel
 from .._circuit import Circuit, Repeat
-from .._custom_types import EXACT, complex_dtype
+from .._custom_types import EXACT, complex_dtype, real_dtype
 from .._gates import AbstractGate
+from .._statevector import batchable
+from ._pauli import BASES, PauliTransfer, in_pauli_basis
 
 
 class OnBra(AbstractGate):
@@ -116,6 +118,18 @@ class SuperBlock(AbstractGate):
         return self.S
 
 
+def representable_in_pauli_basis(ops) -> bool:
+    """Whether every operation (in `Repeat` bodies too) is a gate or a channel on one or two wires: then
+    each block is one real Pauli transfer matrix, and the whole circuit runs in the Pauli basis."""
+    for op in ops:
+        if isinstance(op, Repeat):
+            if not representable_in_pauli_basis(op.body.ops):
+                return False
+        elif not _groupable(op):
+            return False
+    return True
+
+
 def _single(op, n: int) -> list:
     """One gate or channel as operations on the doubled state, keeping a gate's structure (diagonal,
     permutation, controlled) for the state-vector kernels."""
@@ -169,106 +183,170 @@ def _blocks(ops) -> list[tuple[tuple[int, ...], list]]:
     return out
 
 
-def _superoperator(op) -> Array:
+def _superoperator(op, pauli: bool) -> Array:
     if isinstance(op, AbstractChannel):
-        return op.superoperator()
-    u = op.matrix()
-    return jnp.kron(u, u.conj())
+        s = op.superoperator()
+    else:
+        u = op.matrix()
+        s = jnp.kron(u, u.conj())
+    return in_pauli_basis(s, len(op.wires)) if pauli else s.astype(complex_dtype())
 
 
-def _superoperators(ops: list) -> list[Array]:
-    """The superoperators of `ops`, those of one kind computed together (one vmapped call), so that the
-    number of small operations grows with the number of kinds rather than of operations."""
-    groups: dict = {}
-    for i, op in enumerate(ops):
-        leaves, treedef = jax.tree.flatten(op)
-        arrays = all(eqx.is_array(x) for x in leaves)
-        key = (treedef, tuple((x.shape, x.dtype) for x in leaves)) if arrays and leaves else i
-        groups.setdefault(key, []).append((i, leaves, treedef))
-    out = [None] * len(ops)
-    for members in groups.values():
-        if len(members) == 1:
-            ((i, _, _),) = members
-            out[i] = _superoperator(ops[i])
+def _constant(op, pauli: bool) -> np.ndarray:
+    """`_superoperator` of an operation without leaves (a CNOT), in NumPy: a constant of the program."""
+    with jax.ensure_compile_time_eval():
+        if isinstance(op, AbstractChannel):
+            s = np.asarray(op.superoperator())
+        else:
+            u = np.asarray(op.matrix())
+            s = np.kron(u, u.conj())
+    if not pauli:
+        return s.astype(complex_dtype())
+    t, t_inv = BASES[len(op.wires)]
+    return np.real(t @ s @ t_inv).astype(real_dtype())
+
+
+def _kind(op, i):
+    """Operations of one kind (type and leaf shapes, on any wires) have their matrices computed together."""
+    if not batchable(op):
+        return i
+    return type(op), len(op.wires), tuple((x.shape, x.dtype) for x in jax.tree.leaves(op))
+
+
+def _position_matrices(groups: list[list[list]], pauli: bool) -> list[list]:
+    """For each group of blocks of one structure (`_structure`; a block is its list of operations), the
+    matrix of each position's operations: `(B, d, d)` for the group's `B` blocks, or one NumPy constant
+    for an operation without leaves (a CNOT). The operations of one kind, in every group and position,
+    are computed together in one vmapped call, ordered so that each (group, position) is a contiguous
+    slice of it: the number of small operations grows with the number of kinds, not of operations."""
+    kinds: dict = {}
+    for g, blocks in enumerate(groups):
+        for j, op in enumerate(blocks[0]):
+            kinds.setdefault(_kind(op, (g, j)), []).append((g, j))
+    mats: list[list] = [[None] * len(blocks[0]) for blocks in groups]
+    for places in kinds.values():
+        g0, j0 = places[0]
+        op0 = groups[g0][0][j0]
+        leaves0, treedef = jax.tree.flatten(op0)
+        if not leaves0:
+            for g, j in places:
+                mats[g][j] = _constant(op0, pauli)
             continue
-        treedef = members[0][2]
-        stacked = [jnp.stack(xs) for xs in zip(*(m[1] for m in members), strict=True)]
-        mats = jax.vmap(lambda *ls, t=treedef: _superoperator(jax.tree.unflatten(t, ls)))(*stacked)
-        for r, (i, _, _) in enumerate(members):
-            out[i] = mats[r]
-    return out
+        ops = [block[j] for g, j in places for block in groups[g]]
+        if len(ops) == 1:
+            out = _superoperator(op0, pauli)[None]
+        else:
+            stacked = [jnp.stack(xs) for xs in zip(*(jax.tree.leaves(op) for op in ops), strict=True)]
+            one = lambda *ls, t=treedef: _superoperator(jax.tree.unflatten(t, ls), pauli)  # noqa: E731
+            out = jax.vmap(one)(*stacked)
+        start = 0
+        for g, j in places:
+            mats[g][j] = out[start : start + len(groups[g])]
+            start += len(groups[g])
+    return mats
 
 
-# A one-wire superoperator's (out, out', in, in') axes among a two-wire block's (p, q, p', q' out; p, q,
-# p', q' in) axes, times the identity on the block's other wire.
-_EYE_Q = np.einsum("ac,bd->abcd", np.eye(2), np.eye(2)).reshape(1, 2, 1, 2, 1, 2, 1, 2)
-_EYE_P = _EYE_Q.reshape(2, 1, 2, 1, 2, 1, 2, 1)
+def _on_pair(a, b):
+    """One-wire matrices `a` on a two-wire block's first wire and `b` on its second (either None: the
+    identity there; leading axes batch) as the block's `16 x 16` matrix, on (`p`, `q`, `p'`, `q'`) out
+    and in. A broadcast product, which XLA fuses, rather than a dot."""
+    if a is None:
+        a = np.eye(4, dtype=b.dtype)
+    if b is None:
+        b = np.eye(4, dtype=a.dtype)
+    x = a.reshape(a.shape[:-2] + (2, 1, 2, 1, 2, 1, 2, 1)) * b.reshape(
+        b.shape[:-2] + (1, 2, 1, 2, 1, 2, 1, 2)
+    )
+    return x.reshape(x.shape[:-8] + (16, 16))
 
 
-def _embedded(kind: str, s: Array) -> Array:
-    """An operation's superoperator (`4 x 4` on one wire, `16 x 16` on two) as the matrix of its block: on
-    the block's first wire, its second, on both in the block's order, or on both swapped. Broadcast
-    products and transposes, which XLA fuses, rather than dots."""
-    if kind == "first":
-        return (s.reshape(2, 1, 2, 1, 2, 1, 2, 1) * _EYE_Q.astype(s.dtype)).reshape(16, 16)
-    if kind == "second":
-        return (s.reshape(1, 2, 1, 2, 1, 2, 1, 2) * _EYE_P.astype(s.dtype)).reshape(16, 16)
-    if kind == "same":
-        return s
-    return s.reshape((2,) * 8).transpose(1, 0, 3, 2, 5, 4, 7, 6).reshape(16, 16)
+def _swapped(m):
+    """A two-wire matrix (leading axes batch) on its wires in the other order."""
+    lead = m.ndim - 2
+    perm = tuple(range(lead)) + tuple(lead + k for k in (1, 0, 3, 2, 5, 4, 7, 6))
+    return m.reshape(m.shape[:-2] + (2,) * 8).transpose(perm).reshape(m.shape)
 
 
-def _kind(op_wires: tuple[int, ...], wires: tuple[int, ...]) -> str:
-    if len(wires) == 1 or op_wires == wires:
-        return "same"
-    if len(op_wires) == 2:
-        return "swapped"
-    return "first" if op_wires[0] == wires[0] else "second"
+def _block_matrix(members: list, wires: tuple[int, ...], mats: list):
+    """The product of a block's matrices (later operations on the left; leading axes batch). One-wire
+    operations between two two-wire ones commute across the block's two wires, so each wire's run is
+    multiplied as `4 x 4` first, and both runs enter the `16 x 16` chain as one factor."""
+
+    def dot(x, y):
+        if y is None:
+            return x
+        if isinstance(x, np.ndarray) and isinstance(y, np.ndarray):
+            return x @ y
+        return jnp.matmul(x, y, precision=EXACT)
+
+    if len(wires) == 1:
+        acc = None
+        for m in mats:
+            acc = dot(m, acc)
+        return acc
+    acc, runs = None, {}
+    for op, m in zip(members, mats, strict=True):
+        if len(op.wires) == 1:
+            runs[op.wires[0]] = dot(m, runs.get(op.wires[0]))
+            continue
+        if runs:
+            acc = dot(_on_pair(runs.pop(wires[0], None), runs.pop(wires[1], None)), acc)
+        acc = dot(m if op.wires == wires else _swapped(m), acc)
+    if runs:
+        acc = dot(_on_pair(runs.pop(wires[0], None), runs.pop(wires[1], None)), acc)
+    return acc
 
 
-def _grouped(ops: list, n: int) -> list:
+def _structure(wires: tuple[int, ...], members: list) -> tuple:
+    """Blocks of one structure (each member's kind and its wires' places in the block) have their
+    matrices computed together, batched, whatever their wires."""
+    return len(wires), tuple((_kind(op, id(op)), tuple(wires.index(w) for w in op.wires)) for op in members)
+
+
+def _grouped(ops: list, n: int, pauli: bool) -> list:
     """A run of gates and channels on one or two wires each, as `SuperBlock`s: one pass over the density
     matrix per block, where a gate is two (ket and bra) and a channel one. A block of a single operation,
-    or of diagonal gates only, keeps that structure instead (`_single`)."""
-    out, dense = [], []
+    or of diagonal gates only, keeps that structure instead (`_single`). With `pauli`, every block is a
+    `PauliTransfer`, structured or not. Blocks of one structure (`_structure`) are computed together."""
+    out, like = [], {}
     for wires, members in _blocks(ops):
         diagonal = all(isinstance(m, AbstractGate) and m.diagonal() is not None for m in members)
-        if len(members) == 1 or diagonal:
+        if not pauli and (len(members) == 1 or diagonal):
             out += [x for m in members for x in _single(m, n)]
         else:
+            like.setdefault(_structure(wires, members), []).append(len(out))
             out.append((wires, members))
-            dense.append(len(out) - 1)
-    if not dense:
-        return out
-    flat = iter(_superoperators([m for i in dense for m in out[i][1]]))
-    supers = {i: [next(flat) for _ in out[i][1]] for i in dense}
-    for i in dense:
-        wires, members = out[i]
-        acc = None
-        for op, x in zip(members, supers[i], strict=True):
-            m = _embedded(_kind(op.wires, wires), x.astype(complex_dtype()))
-            acc = m if acc is None else jnp.matmul(m, acc, precision=EXACT)  # later operations on the left
-        out[i] = SuperBlock(acc, wires + tuple(w + n for w in wires))
+    groups = list(like.values())
+    mats = _position_matrices([[out[i][1] for i in indices] for indices in groups], pauli)
+    for indices, group_mats in zip(groups, mats, strict=True):
+        wires, members = out[indices[0]]
+        acc = _block_matrix(members, wires, group_mats)
+        acc = jnp.broadcast_to(acc, (len(indices),) + acc.shape[-2:])
+        for r, i in enumerate(indices):
+            wires = out[i][0]
+            both = wires + tuple(w + n for w in wires)
+            out[i] = PauliTransfer(acc[r], both) if pauli else SuperBlock(acc[r], both)
     return out
 
 
-def doubled(ops, n: int) -> list:
+def doubled(ops, n: int, pauli: bool = False) -> list:
     """`ops` (gates, channels, `Repeat` blocks of them) as operations on the `2n`-wire vectorised density
     matrix: runs of operations on one or two wires grouped into superoperator blocks (`_grouped`), the
-    rest one by one (`_single`)."""
+    rest one by one (`_single`). With `pauli` (where `representable_in_pauli_basis`), every block is a
+    real `PauliTransfer` for `run_pauli`."""
     out, run_ = [], []
     for op in ops:
         if _groupable(op):
             run_.append(op)
             continue
-        out += _grouped(run_, n)
+        out += _grouped(run_, n, pauli)
         run_ = []
         if isinstance(op, Repeat):
-            layers = eqx.filter_vmap(lambda b: Circuit(doubled(b.ops, n), 2 * n), axis_size=op.length)
+            layers = eqx.filter_vmap(lambda b: Circuit(doubled(b.ops, n, pauli), 2 * n), axis_size=op.length)
             body = layers(op.body)
             out.append(Repeat(body, op.length))
         elif isinstance(op, (AbstractGate, AbstractChannel)):
             out += _single(op, n)
         else:  # pragma: no cover  (the backend refuses control flow before)
             raise AssertionError(op)
-    return out + _grouped(run_, n)
+    return out + _grouped(run_, n, pauli)

@@ -11,6 +11,7 @@ from ._functional import (
 
 # The kernels and reductions that the other state-based backends (qfx/_densitymatrix/,
 # qfx/_trajectories/) reuse: their interface to this wing.
+from ._fusion import batchable as batchable
 from ._kernels import apply_gate as apply_gate, apply_matrix as apply_matrix
 from ._measure import (
     binomial as binomial,
