@@ -22,7 +22,7 @@ from .._circuit import Circuit, Repeat
 from .._custom_types import EXACT, complex_dtype, real_dtype
 from .._gates import AbstractGate
 from .._statevector import batchable
-from ._pauli import BASES, PauliTransfer, in_pauli_basis
+from ._pauli import BASES, in_pauli_basis
 
 
 class OnBra(AbstractGate):
@@ -103,7 +103,8 @@ class Superoperator(AbstractGate):
 class SuperBlock(AbstractGate):
     """Consecutive gates and channels on one or two wires as one superoperator `S`: a `4 x 4` matrix on
     (`w`, `w + n`) or a `16 x 16` on (`a`, `b`, `a + n`, `b + n`). Made by `doubled` only; not unitary, but
-    linear."""
+    linear. With `doubled(..., pauli=True)`, `S` is the block's Pauli transfer matrix instead (real, the
+    same shape), for the Pauli coefficients of `_pauli.py`."""
 
     S: Array
     _wires: tuple[int, ...] = eqx.field(static=True)
@@ -307,7 +308,8 @@ def _grouped(ops: list, n: int, pauli: bool) -> list:
     """A run of gates and channels on one or two wires each, as `SuperBlock`s: one pass over the density
     matrix per block, where a gate is two (ket and bra) and a channel one. A block of a single operation,
     or of diagonal gates only, keeps that structure instead (`_single`). With `pauli`, every block is a
-    `PauliTransfer`, structured or not. Blocks of one structure (`_structure`) are computed together."""
+    `SuperBlock` of its Pauli transfer matrix, structured or not. Blocks of one structure (`_structure`)
+    are computed together."""
     out, like = [], {}
     for wires, members in _blocks(ops):
         diagonal = all(isinstance(m, AbstractGate) and m.diagonal() is not None for m in members)
@@ -325,7 +327,7 @@ def _grouped(ops: list, n: int, pauli: bool) -> list:
         for r, i in enumerate(indices):
             wires = out[i][0]
             both = wires + tuple(w + n for w in wires)
-            out[i] = PauliTransfer(acc[r], both) if pauli else SuperBlock(acc[r], both)
+            out[i] = SuperBlock(acc[r], both)
     return out
 
 
@@ -333,7 +335,7 @@ def doubled(ops, n: int, pauli: bool = False) -> list:
     """`ops` (gates, channels, `Repeat` blocks of them) as operations on the `2n`-wire vectorised density
     matrix: runs of operations on one or two wires grouped into superoperator blocks (`_grouped`), the
     rest one by one (`_single`). With `pauli` (where `representable_in_pauli_basis`), every block is a
-    real `PauliTransfer` for `run_pauli`."""
+    `SuperBlock` of its real Pauli transfer matrix, for `run_pauli`."""
     out, run_ = [], []
     for op in ops:
         if _groupable(op):

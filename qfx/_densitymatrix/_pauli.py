@@ -7,9 +7,6 @@ Wire `w`'s Pauli `p = 2x + y` (I, X, Y, Z = 0, 1, 2, 3) keeps its bit `x` where 
 (wire `w`) and `y` where the bra bit was (wire `w + n`).
 """
 
-from typing import ClassVar
-
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array
@@ -17,28 +14,9 @@ import numpy as np
 
 from .._circuit import Repeat
 from .._custom_types import EXACT, complex_dtype, real_dtype
-from .._gates import AbstractGate
 from .._observables import PauliWord
 from .._scan import packed_scan
 from .._statevector import apply_matrix
-
-
-class PauliTransfer(AbstractGate):
-    """A block's Pauli transfer matrix `R` (real: `4 x 4` on (`w`, `w + n`), `16 x 16` on (`a`, `b`,
-    `a + n`, `b + n`)), acting on a density matrix held in the Pauli basis (`to_pauli`). Made by `doubled`
-    only, with `pauli=True`."""
-
-    R: Array
-    _wires: tuple[int, ...] = eqx.field(static=True)
-    num_wires: ClassVar[None] = None
-    shift_rules: ClassVar[None] = None
-
-    @property
-    def wires(self):
-        return self._wires
-
-    def matrix(self) -> Array:
-        return self.R
 
 
 def _pauli_basis() -> tuple[np.ndarray, np.ndarray]:
@@ -97,8 +75,8 @@ def pauli_zero_state(n: int) -> Array:
 
 
 def run_pauli(ops, state: Array, n: int) -> Array:
-    """Applies the `PauliTransfer` blocks (and `Repeat` blocks of them, as checkpointed scans) of
-    `doubled(..., pauli=True)` to Pauli coefficients on `2n` wires."""
+    """Applies the blocks of `doubled(..., pauli=True)` (`SuperBlock`s of transfer matrices, and `Repeat`
+    blocks of them, as checkpointed scans) to Pauli coefficients on `2n` wires."""
     for op in ops:
         if isinstance(op, Repeat):
             op.check_layers()
@@ -108,7 +86,7 @@ def run_pauli(ops, state: Array, n: int) -> Array:
 
             state, _ = packed_scan(layer, state, op.body, length=op.length, checkpoint=True)
         else:
-            state = apply_matrix(state, op.R, op.wires, 2 * n)
+            state = apply_matrix(state, op.S, op.wires, 2 * n)
     return state
 
 
