@@ -22,7 +22,7 @@ from .._circuit import Circuit, Repeat
 from .._custom_types import EXACT, complex_dtype, real_dtype
 from .._gates import AbstractGate
 from .._statevector import batchable
-from ._pauli import BASES, in_pauli_basis
+from ._pauli import BASES, in_block_order, in_pauli_basis
 
 
 class OnBra(AbstractGate):
@@ -104,7 +104,7 @@ class SuperBlock(AbstractGate):
     """Consecutive gates and channels on one or two wires as one superoperator `S`: a `4 x 4` matrix on
     (`w`, `w + n`) or a `16 x 16` on (`a`, `b`, `a + n`, `b + n`). Made by `doubled` only; not unitary, but
     linear. With `doubled(..., pauli=True)`, `S` is the block's Pauli transfer matrix instead (real, the
-    same shape), for the Pauli coefficients of `_pauli.py`."""
+    same shape) on the Pauli digits of its wires (`w`, or `a < b`), for the coefficients of `_pauli.py`."""
 
     S: Array
     _wires: tuple[int, ...] = eqx.field(static=True)
@@ -326,8 +326,10 @@ def _grouped(ops: list, n: int, pauli: bool) -> list:
         acc = jnp.broadcast_to(acc, (len(indices),) + acc.shape[-2:])
         for r, i in enumerate(indices):
             wires = out[i][0]
-            both = wires + tuple(w + n for w in wires)
-            out[i] = SuperBlock(acc[r], both)
+            if pauli:
+                out[i] = SuperBlock(*in_block_order(acc[r], wires))
+            else:
+                out[i] = SuperBlock(acc[r], wires + tuple(w + n for w in wires))
     return out
 
 
