@@ -296,15 +296,15 @@ class PhaseDamping(_AbstractOneStrength):
 
 
 class GeneralizedAmplitudeDamping(AbstractChannel):
-    """Relaxation towards a thermal state with ground-state population `p`, PennyLane's convention:
-    `sqrt(p) [[1, 0], [0, sqrt(1 - gamma)]]`, `sqrt(p) [[0, sqrt(gamma)], [0, 0]]`,
-    `sqrt(1 - p) [[sqrt(1 - gamma), 0], [0, 1]]`, `sqrt(1 - p) [[0, 0], [sqrt(gamma), 0]]`.
+    """Relaxation towards a thermal state with excited-state population `p`, PennyLane's convention:
+    `sqrt(1 - p) [[1, 0], [0, sqrt(1 - gamma)]]`, `sqrt(1 - p) [[0, sqrt(gamma)], [0, 0]]`,
+    `sqrt(p) [[sqrt(1 - gamma), 0], [0, 1]]`, `sqrt(p) [[0, 0], [sqrt(gamma), 0]]`.
 
     **Arguments:** `gamma` and `p` in [0, 1] (leaves); `wires`: one wire.
 
     ```python
     circ = qfx.Circuit([qfx.GeneralizedAmplitudeDamping(1.0, 0.7, wires=0)])
-    qfx.probs(circ)  # [0.7, 0.3]
+    qfx.probs(circ)  # [0.3, 0.7]
     ```
     """
 
@@ -325,7 +325,7 @@ class GeneralizedAmplitudeDamping(AbstractChannel):
     def weighted_kraus(self):
         s = jnp.sqrt(1 - self.gamma)
         k0, k2 = _diag(1, s), _diag(s, 1)
-        w = jnp.stack([self.p, self.p * self.gamma, 1 - self.p, (1 - self.p) * self.gamma])
+        w = jnp.stack([1 - self.p, (1 - self.p) * self.gamma, self.p, self.p * self.gamma])
         return w, jnp.stack([k0, _const(_P01)[0], k2, _const(_P10)[0]])
 
 

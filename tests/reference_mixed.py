@@ -58,10 +58,10 @@ def kraus(op):
     if name == "GeneralizedAmplitudeDamping":
         g, q = p
         return [
-            np.sqrt(q) * np.array([[1, 0], [0, np.sqrt(1 - g)]]),
-            np.sqrt(q) * np.array([[0, np.sqrt(g)], [0, 0]]),
-            np.sqrt(1 - q) * np.array([[np.sqrt(1 - g), 0], [0, 1]]),
-            np.sqrt(1 - q) * np.array([[0, 0], [np.sqrt(g), 0]]),
+            np.sqrt(1 - q) * np.array([[1, 0], [0, np.sqrt(1 - g)]]),
+            np.sqrt(1 - q) * np.array([[0, np.sqrt(g)], [0, 0]]),
+            np.sqrt(q) * np.array([[np.sqrt(1 - g), 0], [0, 1]]),
+            np.sqrt(q) * np.array([[0, 0], [np.sqrt(g), 0]]),
         ]
     if name == "ResetError":
         p0, p1 = p

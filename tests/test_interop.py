@@ -11,6 +11,7 @@ from pathlib import Path
 import subprocess
 import sys
 import time
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -797,6 +798,32 @@ def test_from_pennylane_matches_default_qubit():
         qfx.interop.from_pennylane(ops)
     with pytest.raises(ValueError, match="the operation MidMeasureMP has no qfx form"):
         qfx.interop.from_pennylane(qml.tape.QuantumScript([qml.measurements.MidMeasureMP(0)], []))
+
+
+def test_noisy_pennylane_tapes_match_default_mixed(x64):
+    # Every channel under PennyLane's conventions: the converted tape on qfx.DensityMatrix() (float64)
+    # against PennyLane's own mixed-state simulator, T2 above and below T1 for the thermal relaxation.
+    qml = pytest.importorskip("pennylane")
+    rng = np.random.default_rng(11)
+    kraus2 = np.linalg.qr(rng.normal(size=(8, 4)) + 1j * rng.normal(size=(8, 4)))[0].reshape(2, 4, 4)
+    ops = [
+        qml.Hadamard(0), qml.RY(0.7, 1), qml.CNOT([0, 1]), qml.RX(1.1, 2), qml.BitFlip(0.1, 0),
+        qml.PhaseFlip(0.2, 1), qml.DepolarizingChannel(0.3, 2), qml.CRX(0.5, [2, 0]),
+        qml.AmplitudeDamping(0.4, 1), qml.GeneralizedAmplitudeDamping(0.3, 0.2, 0), qml.IsingXX(0.9, [0, 2]),
+        qml.PhaseDamping(0.25, 2), qml.ResetError(0.1, 0.3, 1), qml.PauliError("XZ", 0.15, [1, 2]),
+        qml.Rot(0.3, -0.4, 0.8, 1), qml.ThermalRelaxationError(0.1, 100.0, 60.0, 20.0, 0),
+        qml.ThermalRelaxationError(0.3, 80.0, 140.0, 30.0, 2), qml.QubitChannel(list(kraus2), [2, 1]),
+        qml.CNOT([1, 0]),
+    ]  # fmt: skip
+    obs = qml.Z(0) @ qml.X(1) + 0.4 * qml.Y(2)
+    tape = qml.tape.QuantumScript(ops, [qml.expval(obs), qml.probs(), qml.density_matrix([2, 0])])
+    with warnings.catch_warnings():  # default.mixed casts its real probabilities from complex
+        warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
+        e_pl, p_pl, rho_pl = qml.execute([tape], qml.device("default.mixed", wires=3))[0]
+    circuit, (H, _, _) = qfx.interop.from_pennylane(tape)
+    assert math.isclose(float(qfx.expval(circuit, H)), float(e_pl), abs_tol=1e-10)
+    np.testing.assert_allclose(np.asarray(qfx.probs(circuit)), p_pl, atol=1e-10)
+    np.testing.assert_allclose(np.asarray(qfx.density_matrix(circuit, [2, 0])), rho_pl, atol=1e-10)
 
 
 def test_hamiltonians_from_qiskit_pennylane_and_openfermion():

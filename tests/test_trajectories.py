@@ -25,7 +25,7 @@ def _circuit():
             qfx.CNOT(wires=(0, 1)),
             qfx.RX(0.6, wires=1),
             qfx.DepolarizingChannel(0.2, wires=1),
-            qfx.GeneralizedAmplitudeDamping(0.25, 0.6, wires=1),
+            qfx.GeneralizedAmplitudeDamping(0.25, 0.4, wires=1),
             qfx.RZ(0.4, wires=0),
             qfx.PhaseDamping(0.4, wires=0),
             qfx.H(0),

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from .. import _gates as g
+from .. import _channels as ch, _gates as g
 from .._circuit import Circuit
 from .._observables import Hermitian, LinearCombination, PauliWord
 
@@ -12,6 +12,11 @@ _SAME = (
     "Rot", "U1", "U2", "U3", "CNOT", "CY", "CZ", "SWAP", "ISWAP", "CRX", "CRY", "CRZ", "CRot",
     "ControlledPhaseShift", "IsingXX", "IsingYY", "IsingZZ", "IsingXY", "Toffoli", "CSWAP", "MultiRZ",
     "SingleExcitation", "DoubleExcitation",
+)  # fmt: skip
+# Its channels, with the same names, parameters and Kraus conventions (PauliError and QubitChannel apart).
+_SAME_CHANNELS = (
+    "BitFlip", "PhaseFlip", "DepolarizingChannel", "AmplitudeDamping", "GeneralizedAmplitudeDamping",
+    "PhaseDamping", "ResetError", "ThermalRelaxationError",
 )  # fmt: skip
 
 
@@ -66,6 +71,12 @@ def _operation(op, wires: dict, qml):
     params = list(op.parameters)
     if name in _SAME:
         return getattr(g, name)(*params, wires=ws if len(ws) > 1 else ws[0])
+    if name in _SAME_CHANNELS:
+        return getattr(ch, name)(*params, wires=ws[0])
+    if name == "PauliError":
+        return ch.PauliError(op.hyperparameters["operators"], params[0], ws)
+    if name == "QubitChannel":
+        return ch.QubitChannel(list(params), ws)
     if isinstance(op, qml.ops.op_math.Adjoint):
         return g.Adjoint(_operation(op.base, wires, qml))
     if name == "PauliRot":
