@@ -25,7 +25,7 @@ import numpy as np
 
 from ._checks import as_dtype, as_numeric, check_wires, host_number, is_concrete
 from ._custom_types import EXACT, complex_dtype, real_dtype, tolerance
-from ._gates import AbstractOperation
+from ._gates import AFFINE, AbstractOperation, ShiftRule
 from ._observables import pauli_word_matrix
 
 _I = np.eye(2)
@@ -87,8 +87,10 @@ class AbstractChannel(AbstractOperation):
     num_wires: ClassVar[int | None]
     param_names: ClassVar[tuple[str, ...]] = ()
     parameter_shapes: ClassVar[tuple[tuple[int, ...], ...] | None] = None
-    # Read by qfx.diff.ParameterShift: a strength has no shift rule (differentiate it by backprop).
-    shift_rules: ClassVar[None] = None
+    # Read by qfx.diff.ParameterShift, per strength: AFFINE where the Kraus weights are affine in it and the
+    # matrices do not depend on it (then every measurement that ParameterShift takes is affine in it);
+    # None where not (differentiate those by backprop or finite differences).
+    shift_rules: ClassVar[tuple[ShiftRule | None, ...] | None] = None
     mixture: ClassVar[bool] = False
     _wires: eqx.AbstractVar[tuple[int, ...]]
 
@@ -182,6 +184,7 @@ class BitFlip(_AbstractOneStrength):
     _wires: tuple[int, ...] = eqx.field(static=True)
     param_names: ClassVar[tuple[str, ...]] = ("p",)
     mixture: ClassVar[bool] = True
+    shift_rules: ClassVar[tuple[ShiftRule, ...]] = (AFFINE,)
 
     def __init__(self, p: ArrayLike, wires):
         self._init("p", p, wires)
@@ -208,6 +211,7 @@ class PhaseFlip(_AbstractOneStrength):
     _wires: tuple[int, ...] = eqx.field(static=True)
     param_names: ClassVar[tuple[str, ...]] = ("p",)
     mixture: ClassVar[bool] = True
+    shift_rules: ClassVar[tuple[ShiftRule, ...]] = (AFFINE,)
 
     def __init__(self, p: ArrayLike, wires):
         self._init("p", p, wires)
@@ -235,6 +239,7 @@ class DepolarizingChannel(_AbstractOneStrength):
     _wires: tuple[int, ...] = eqx.field(static=True)
     param_names: ClassVar[tuple[str, ...]] = ("p",)
     mixture: ClassVar[bool] = True
+    shift_rules: ClassVar[tuple[ShiftRule, ...]] = (AFFINE,)
 
     def __init__(self, p: ArrayLike, wires):
         self._init("p", p, wires)
@@ -314,6 +319,7 @@ class GeneralizedAmplitudeDamping(AbstractChannel):
     num_wires: ClassVar[int] = 1
     param_names: ClassVar[tuple[str, ...]] = ("gamma", "p")
     parameter_shapes: ClassVar[tuple[tuple[int, ...], ...]] = ((), ())
+    shift_rules: ClassVar[tuple[ShiftRule | None, ...]] = (None, AFFINE)  # affine in p, not gamma
 
     def __init__(self, gamma: ArrayLike, p: ArrayLike, wires):
         self._wires = check_wires("GeneralizedAmplitudeDamping", wires, 1)
@@ -387,6 +393,7 @@ class PauliError(AbstractChannel):
     param_names: ClassVar[tuple[str, ...]] = ("p",)
     parameter_shapes: ClassVar[tuple[tuple[int, ...], ...]] = ((),)
     mixture: ClassVar[bool] = True
+    shift_rules: ClassVar[tuple[ShiftRule, ...]] = (AFFINE,)
 
     def __init__(self, operators: str, p: ArrayLike, wires):
         self._wires = check_wires("PauliError", wires, None)

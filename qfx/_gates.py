@@ -25,8 +25,9 @@ from ._custom_types import complex_dtype, real_dtype, tolerance
 from ._memory import check_memory
 from ._observables import AbstractObservable, pauli_word_matrix
 
-# A shift rule for one parameter: terms (coefficient, shift) with df/dt = sum_k c_k f(t + s_k).
-ShiftRule = tuple[tuple[float, float], ...]
+# A shift rule for one parameter: terms (coefficient, shift) with df/dt = sum_k c_k f(t + s_k), or
+# (coefficient, shift, multiplier) with df/dt = sum_k c_k f(a_k t + s_k).
+ShiftRule = tuple[tuple[float, float] | tuple[float, float, float], ...]
 # Gates whose generator has eigenvalues +-1/2 (or 0, 1): the two-term rule.
 TWO_TERM: ShiftRule = ((0.5, math.pi / 2), (-0.5, -math.pi / 2))
 # Generators with eigenvalues {0, +-1/2} (controlled rotations): the four-term rule.
@@ -38,6 +39,9 @@ FOUR_TERM: ShiftRule = (
     (-_CM, 3 * math.pi / 2),
     (_CM, -3 * math.pi / 2),
 )
+# A function affine in t (a channel's expectation in a strength its Kraus weights are affine in, the
+# matrices fixed): df/dt = f(1) - f(0), two points inside the strength's range.
+AFFINE: ShiftRule = ((1.0, 1.0, 0.0), (-1.0, 0.0, 0.0))
 
 
 class _Required:

@@ -324,6 +324,76 @@ def test_parameter_shift_and_finite_diff_agree_with_backprop_on_the_density_matr
     assert tree_allclose(grad(qfx.diff.FiniteDiff()), backprop, rtol=1e-2, atol=1e-2)
 
 
+# The strengths that have an exact shift rule (the Kraus weights affine in them, the matrices fixed).
+_AFFINE_STRENGTHS = {
+    "BitFlip": ("p",), "PhaseFlip": ("p",), "DepolarizingChannel": ("p",), "PauliError": ("p",),
+    "GeneralizedAmplitudeDamping": ("p",),
+}  # fmt: skip
+
+
+def _strengths_and_angles(c):
+    """A filter spec selecting the gate parameters and the affine strengths of a flat circuit."""
+    spec = jax.tree.map(lambda _: False, c)
+    for i, op in enumerate(c.ops):
+        names = op.param_names if isinstance(op, qfx.AbstractGate) else _AFFINE_STRENGTHS.get(op.name, ())
+        for name in names:
+            spec = eqx.tree_at(lambda t, i=i, name=name: getattr(t.ops[i], name), spec, True)
+    return spec
+
+
+@pytest.mark.parametrize("seed", [5, 6])
+def test_parameter_shift_differentiates_affine_strengths(x64, seed):
+    rng = np.random.default_rng(seed)
+    c = random_noisy_circuit(rng, 3, 12)
+    assert any(op.name in _AFFINE_STRENGTHS for op in c.ops)
+    params, rest = eqx.partition(c, _strengths_and_angles(c))
+    obs = qfx.Z(0) @ qfx.X(1) - 0.5 * qfx.Y(2)
+    f = lambda diff: lambda p: qfx.expval(eqx.combine(p, rest), obs, diff=diff)  # noqa: E731
+    want = central_difference(lambda p: mref.expval(eqx.combine(p, rest), obs), params, eps=1e-6)
+    assert tree_allclose(jax.grad(f(qfx.diff.ParameterShift()))(params), want, rtol=1e-6, atol=1e-7)
+    # Every order: the Hessian's strength-strength block of an affine strength is zero, and the rest
+    # matches backprop's.
+    h_ps = jax.hessian(f(qfx.diff.ParameterShift()))(params)
+    h_bp = jax.hessian(f(qfx.diff.Backprop()))(params)
+    assert tree_allclose(h_ps, h_bp, rtol=1e-6, atol=1e-8)
+
+
+def test_parameter_shift_strengths_of_a_noise_model_on_repeated_layers(x64):
+    # One strength leaf shared by every insertion, in the layers of a Repeat: the rule shifts each
+    # insertion's copy and the derivatives add up.
+    def layer(t):
+        return [qfx.RY(t[0], wires=0), qfx.RX(t[1], wires=1), qfx.CNOT(wires=(0, 1))]
+
+    circ = qfx.Circuit([qfx.repeat(layer, jnp.asarray(np.random.default_rng(2).uniform(0, 3, (4, 2))))])
+    model = qfx.NoiseModel(
+        [qfx.AfterGates(qfx.DepolarizingChannel(0.05, wires=0)), qfx.Readout(qfx.BitFlip(0.02, wires=0))]
+    )
+    obs = qfx.Z(0) + 0.3 * qfx.X(0) @ qfx.Z(1)
+    f = lambda diff: lambda m: qfx.expval(m(circ), obs, diff=diff)  # noqa: E731
+    want = jax.grad(f(qfx.diff.Backprop()))(model)
+    assert tree_allclose(jax.grad(f(qfx.diff.ParameterShift()))(model), want, rtol=1e-8, atol=1e-10)
+
+
+def test_parameter_shift_strengths_are_unbiased_on_trajectories():
+    c = qfx.Circuit(
+        [qfx.RY(0.9, wires=0), qfx.CNOT(wires=(0, 1)), qfx.BitFlip(0.3, wires=1), qfx.RX(0.4, wires=1)]
+    )
+    spec = eqx.tree_at(lambda t: t.ops[2].p, jax.tree.map(lambda _: False, c), True)
+    params, rest = eqx.partition(c, spec)
+    obs = qfx.Z(1)
+
+    def one(k):
+        f = lambda p: qfx.expval(  # noqa: E731
+            eqx.combine(p, rest), obs, backend=qfx.Trajectories(), key=k, diff=qfx.diff.ParameterShift()
+        )
+        return jax.grad(f)(params).ops[2].p
+
+    samples = jax.vmap(one)(jax.random.split(jax.random.key(3), 2000))
+    exact = jax.grad(lambda p: qfx.expval(eqx.combine(p, rest), obs))(params).ops[2].p
+    mean, sigma = float(np.mean(samples)), float(np.std(samples)) / np.sqrt(samples.shape[0])
+    assert abs(mean - float(exact)) <= 5 * sigma + 1e-6, (mean, float(exact), sigma)
+
+
 # Each channel with strengths across its range, ends included (ThermalRelaxationError with t2 below,
 # at and above t1, and at 2 t1).
 _RANGES = [
@@ -468,10 +538,13 @@ def test_backend_errors():
         qfx.probs(noisy, initial_state=np.ones(3))
     with pytest.raises(ValueError, match="initial_state: a density matrix must be Hermitian with trace 1"):
         qfx.probs(noisy, initial_state=np.array([[1.0, 1.0], [0.0, 0.0]]))
+    damped = qfx.Circuit([qfx.H(0), qfx.AmplitudeDamping(0.1, wires=0)])
     with pytest.raises(
-        ValueError, match="BitFlip\\(wires=\\(0,\\)\\) has no shift rule for its parameter 'p'"
+        ValueError,
+        match="AmplitudeDamping\\(wires=\\(0,\\)\\) has no shift rule for its strength 'gamma' \\(its Kraus "
+        "operators are not affine in it\\).* or use diff=qfx.diff.Backprop\\(\\) or FiniteDiff\\(\\)",
     ):
-        jax.grad(lambda c: qfx.expval(c, qfx.Z(0), diff=qfx.diff.ParameterShift()))(noisy)
+        jax.grad(lambda c: qfx.expval(c, qfx.Z(0), diff=qfx.diff.ParameterShift()))(damped)
 
 
 def test_mid_circuit_measurements_and_control_flow_on_the_density_matrix():

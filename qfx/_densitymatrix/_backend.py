@@ -30,7 +30,7 @@ class DensityMatrix(AbstractBackend):
     but `qfx.state` and `qfx.amplitude` (a mixed state has neither): `qfx.probs`, `qfx.expval` (exact or
     with `shots=`), `qfx.var`, `qfx.sample`, `qfx.density_matrix`. Works under `jax.jit`, `jax.vmap` and
     `jax.grad`, with respect to gate parameters, channel strengths and observables; `qfx.diff.Backprop()`
-    (the default's choice here), `qfx.diff.ParameterShift()` (gate parameters) and
+    (the default's choice here), `qfx.diff.ParameterShift()` (gate parameters, affine strengths) and
     `qfx.diff.FiniteDiff()` apply, `qfx.diff.Adjoint()` does not (it un-applies gates, and a channel has
     no inverse).
 

@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array
 
+from .._channels import AbstractChannel, has_channels
 from .._checks import is_key
 from .._circuit import Repeat
 from ._base import AbstractDiffMethod, check_batch_size, check_gates_only
@@ -46,8 +47,10 @@ def _gate_rules(params) -> tuple[list, list]:
                 if not isinstance(position, int):
                     continue
                 rules[position] = None if gate_rules is None else gate_rules[j]
+                what = "strength" if isinstance(op, AbstractChannel) else "parameter"
                 owners[position] = (
-                    f"{op.name}(wires={op.wires}) has no shift rule for its parameter {_param_name(op, j)}"
+                    f"{op.name}(wires={op.wires}) has no shift rule for its {what} {_param_name(op, j)}"
+                    + (" (its Kraus operators are not affine in it)" if what == "strength" else "")
                 )
 
     visit(where.ops)
@@ -80,7 +83,12 @@ class ParameterShift(AbstractDiffMethod):
     `IsingXX`, ...) has the two-term rule `df/dt = [f(t + pi/2) - f(t - pi/2)] / 2`; controlled rotations
     (`CRX`, `CRot`, `Controlled(RY)`, `IsingXY`) the four-term rule with shifts `+-pi/2` and `+-3pi/2`.
     Each gate's `shift_rules` says which. A gate with none (`QubitUnitary`) raises a clear error when its
-    parameters are differentiated. The evaluations run as one `vmap` over stacked shifts (in chunks of
+    parameters are differentiated. A noise strength that the channel's Kraus weights are affine in
+    (`BitFlip`, `PhaseFlip`, `DepolarizingChannel`, `PauliError`, the `p` of
+    `GeneralizedAmplitudeDamping`) has the exact rule `df/dp = f(1) - f(0)`, PennyLane's, two valid
+    channels (on `qfx.DensityMatrix()`, and unbiased on `qfx.Trajectories()`); the others (`gamma` of the
+    damping channels, `ResetError`, `ThermalRelaxationError`, `QubitChannel`) raise the same error. The
+    evaluations run as one `vmap` over stacked shifts (in chunks of
     `batch_size`), and the rule is applied again to derivatives of derivatives, so every order is exact:
     `jax.hessian` equals backprop's. Works under `jit`, `vmap`, `grad`, `jacfwd`, `jacrev`.
 
@@ -120,6 +128,7 @@ class ParameterShift(AbstractDiffMethod):
         args_diff, args_rest = eqx.partition(args, eqx.is_inexact_array)
         args_arrays, args_static = eqx.partition(args_rest, eqx.is_array)
         rules, owners = _gate_rules(params)
+        noisy = has_channels(circuit.ops)
         chunk = chunk_size(backend.evaluation_bytes(circuit), self.batch_size)
 
         def evaluate(params, psi0, args_diff, args_arrays):
@@ -144,8 +153,12 @@ class ParameterShift(AbstractDiffMethod):
                 rules,
                 owners,
                 "Differentiate with respect to other leaves only (e.g. wrap it in jax.lax.stop_gradient, "
-                "or split the circuit with eqx.partition), or use diff=qfx.diff.Adjoint(), Backprop() or "
-                "FiniteDiff().",
+                "or split the circuit with eqx.partition), or use "
+                + (
+                    "diff=qfx.diff.Backprop() or FiniteDiff()."
+                    if noisy
+                    else "diff=qfx.diff.Adjoint(), Backprop() or FiniteDiff()."
+                ),
             )
             # The primal through `shifted` itself, so that its own derivatives use the rule too.
             out = shifted(*primals)

@@ -20,8 +20,9 @@ import numpy as np
 from .._coordinates import from_real_coordinates, real_coordinates
 from .._custom_types import EXACT
 
-# A rule for one real coordinate: terms (coefficient, shift) with df/dx = sum_k c_k f(x + s_k).
-Rule = tuple[tuple[float, float], ...]
+# A rule for one real coordinate: terms (coefficient, shift) with df/dx = sum_k c_k f(x + s_k), or
+# (coefficient, shift, multiplier) with df/dx = sum_k c_k f(a_k x + s_k).
+Rule = tuple[tuple[float, ...], ...]
 # States of this many bytes, over all evaluations in one chunk, are kept in memory at once.
 _CHUNK_BYTES = 2**28
 
@@ -91,7 +92,8 @@ def shifted_jvp(
     *,
     loop: str = "scan",
 ) -> Array | None:
-    """`sum_m t_m sum_k c_k f(x + s_k e_m)` over the real coordinates `m` of the selected leaves.
+    """`sum_m t_m sum_k c_k f(x + s_k e_m)` over the real coordinates `m` of the selected leaves (with a
+    term's multiplier `a_k`, coordinate `m` is set to `a_k x_m + s_k` instead).
 
     **Arguments:**
 
@@ -123,18 +125,19 @@ def shifted_jvp(
         [real_coordinates(leaves_with_zeros(tangents[a])[j]).astype(dtype) for a, j, _ in selected]
     )
     offsets = np.cumsum([0] + [c.shape[0] for c in coords])
-    index, shift, coeff = [], [], []
+    index, shift, mult, coeff = [], [], [], []
     for (_, _, rule), start, stop in zip(selected, offsets[:-1], offsets[1:], strict=True):
         for m in range(start, stop):
-            for c, s in rule:
+            for c, s, *a in rule:
                 index.append(m)
                 shift.append(s)
+                mult.append(a[0] if a else 1.0)
                 coeff.append(c)
     index = np.asarray(index, np.int32)
     positions = jnp.arange(x.shape[0], dtype=jnp.int32)
 
-    def evaluate(m, s, b):
-        shifted = x + jnp.where(positions == m, s, jnp.zeros((), dtype))
+    def evaluate(m, s, a, b):
+        shifted = jnp.where(positions == m, a * x + s, x)
         new = [list(ls) for ls in leaves]
         for (a, j, _), start, stop in zip(selected, offsets[:-1], offsets[1:], strict=True):
             new[a][j] = from_real_coordinates(shifted[start:stop], leaves[a][j])
@@ -144,7 +147,12 @@ def shifted_jvp(
     count = index.shape[0]
     values = map_in_chunks(
         evaluate,
-        (jnp.asarray(index), jnp.asarray(shift, dtype), jnp.arange(count, dtype=jnp.uint32)),
+        (
+            jnp.asarray(index),
+            jnp.asarray(shift, dtype),
+            jnp.asarray(mult, dtype),
+            jnp.arange(count, dtype=jnp.uint32),
+        ),
         chunk,
         loop=loop,
     )
