@@ -8,7 +8,8 @@ import jax.numpy as jnp
 
 from ._channels import AbstractChannel
 from ._circuit import Circuit, Repeat
-from ._control import MidMeasure
+from ._control import Cond, ForLoop, MidMeasure, WhileLoop
+from ._control._operations import _body_ops
 from ._gates import AbstractGate
 
 
@@ -131,8 +132,9 @@ class NoiseModel(eqx.Module):
       first rule's channels come first).
 
     Gates inside `qfx.repeat` blocks get the channels inside the block (the same strengths in every
-    layer); the bodies of `qfx.cond` and loops are left as they are, and `qfx.Readout` also acts before
-    each `qfx.measure`.
+    layer), and so do the gates in the branches of `qfx.cond` / `qfx.switch` and in the bodies of
+    `qfx.for_loop` and `qfx.while_loop`, as if the program were unrolled; `qfx.Readout` also acts before
+    each `qfx.measure`, inside those bodies too.
 
     ```python
     model = qfx.NoiseModel([
@@ -164,15 +166,30 @@ class NoiseModel(eqx.Module):
             ops += r.before(range(circuit.num_wires), r.channel)
         return Circuit(ops, circuit.num_wires)
 
-    def _ops(self, ops, n: int, layers: tuple[int, ...]) -> list:
+    def _ops(self, ops, n: int, layers: tuple[int, ...], channels=None) -> list:
         # Each rule's channel broadcast once per nesting of `Repeat` blocks: every insertion shares those
         # arrays, so the program holds one copy, and the gradient one sum over the layers, per rule.
-        channels = [_stacked(r.channel, layers) for r in self.rules]
+        if channels is None:
+            channels = [_stacked(r.channel, layers) for r in self.rules]
+        inside = lambda c: Circuit(self._ops(c.ops, n, layers, channels), c.num_wires)  # noqa: E731
         out = []
         for op in ops:
             if isinstance(op, Repeat):
                 body = Circuit(self._ops(op.body.ops, n, layers + (op.length,)), op.body.num_wires)
                 out.append(Repeat(body, op.length))
+                continue
+            if isinstance(op, Cond):
+                out.append(eqx.tree_at(lambda c: c.branches, op, tuple(inside(b) for b in op.branches)))
+                continue
+            if isinstance(op, WhileLoop):
+                out.append(eqx.tree_at(lambda w: w.body, op, inside(op.body)))
+                continue
+            if isinstance(op, ForLoop):  # its body is a function: the rules go in with it, as leaves
+                rules = [
+                    eqx.tree_at(lambda r: r.channel, r, c) for r, c in zip(self.rules, channels, strict=True)
+                ]
+                body = _NoisyIteration(op.body, NoiseModel(rules), n)
+                out.append(eqx.tree_at(lambda f: f.body, op, body))
                 continue
             if isinstance(op, MidMeasure):
                 for r, channel in zip(self.rules, channels, strict=True):
@@ -184,3 +201,17 @@ class NoiseModel(eqx.Module):
                     if isinstance(r, AfterGates):
                         out += r.after(op, channel)
         return out
+
+
+class _NoisyIteration(eqx.Module):
+    """A `qfx.for_loop` body with a noise model's rules: iteration `i` is `body(i)` with the channels
+    inserted. The rules' channels are leaves here (broadcast over the `Repeat` layers around the loop, so
+    each layer reads its own slice), shared with every other insertion of the same rule."""
+
+    body: object
+    model: NoiseModel
+    num_wires: int = eqx.field(static=True)
+
+    def __call__(self, i):
+        ops = _body_ops(self.body(i), "qfx.for_loop")
+        return self.model._ops(ops, self.num_wires, (), [r.channel for r in self.model.rules])

@@ -102,3 +102,55 @@ def test_a_model_is_a_pytree_of_its_strengths():
     leaves = jax.tree.leaves(_model())
     assert [float(x) for x in leaves] == pytest.approx([0.05, 0.1, 0.02, 0.03])
     assert eqx.tree_equal(_model(), _model())
+
+
+def test_noise_reaches_conditionals_and_loop_bodies(x64):
+    # The model's program against the same program with the channels written in by hand (as if unrolled),
+    # both on the exact density matrix: a for loop (inside a Repeat layer, and on its own), a cond on a
+    # measurement and a bounded while loop; and the gradient in the shared strengths by central
+    # differences.
+    th = jnp.asarray([0.3, 0.7, 1.1])
+
+    def body(i, t):
+        return [qfx.RX(t[i], wires=0), qfx.CNOT(wires=(0, 1))]
+
+    def layer(t):
+        return [qfx.for_loop(2, lambda i, s: [qfx.RY(s[i], wires=1)], t)]
+
+    # Built by hand: the reference program, channels included.
+    def by_hand(p, q):
+        D = lambda w: qfx.DepolarizingChannel(p, wires=w)  # noqa: E731
+        B = lambda w: qfx.BitFlip(q, wires=w)  # noqa: E731
+        ops = [qfx.H(1), D(1)]
+        for i in range(3):
+            ops += [qfx.RX(th[i], wires=0), D(0), qfx.CNOT(wires=(0, 1)), D(0), D(1)]
+        for t in (0.2, 0.5):
+            ops += [qfx.RY(t, wires=1), D(1)]
+        m, r = qfx.measure(1), qfx.measure(0)
+        ops += [B(1), m, qfx.cond(m, [qfx.RY(0.4, wires=0), D(0)], [qfx.X(1), D(1)])]
+        attempt = [qfx.RY(1.0, wires=0), D(0), B(0), r]
+        ops += attempt + [qfx.while_loop(r, attempt, max_iterations=3)]
+        return qfx.Circuit(ops + [B(0), B(1)], num_wires=2)
+
+    def clean():
+        m, r = qfx.measure(1), qfx.measure(0)
+        rep = qfx.repeat(layer, jnp.asarray([[0.2, 0.5]]), num_wires=2)
+        attempt = [qfx.RY(1.0, wires=0), r]
+        ops = [qfx.H(1), qfx.for_loop(3, body, th), rep, m, qfx.cond(m, [qfx.RY(0.4, wires=0)], [qfx.X(1)])]
+        return qfx.Circuit(ops + attempt + [qfx.while_loop(r, attempt, max_iterations=3)], num_wires=2)
+
+    def model(p, q):
+        return qfx.NoiseModel(
+            [qfx.AfterGates(qfx.DepolarizingChannel(p, wires=0)), qfx.Readout(qfx.BitFlip(q, wires=0))]
+        )
+
+    obs = qfx.Z(0) @ qfx.Z(1) + 0.5 * qfx.X(1)
+    p, q = 0.05, 0.03
+    np.testing.assert_allclose(qfx.probs(model(p, q)(clean())), qfx.probs(by_hand(p, q)), atol=1e-12)
+    assert (
+        abs(float(qfx.expval(model(p, q)(clean()), obs)) - float(qfx.expval(clean(), obs, mcm="exact")))
+        > 1e-3
+    )
+    g = jax.grad(lambda mdl: qfx.expval(mdl(clean()), obs))(model(p, q))
+    want = central_difference(lambda s: qfx.expval(by_hand(s[0], s[1]), obs), jnp.asarray([p, q]), eps=1e-6)
+    np.testing.assert_allclose([g.rules[0].channel.p, g.rules[1].channel.p], want, rtol=1e-6, atol=1e-8)
