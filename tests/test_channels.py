@@ -547,6 +547,27 @@ def test_backend_errors():
         jax.grad(lambda c: qfx.expval(c, qfx.Z(0), diff=qfx.diff.ParameterShift()))(damped)
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_noisy_programs_with_conditionals_match_deferred_measurement(x64, seed):
+    # A measurement of wire w read by a cond of a gate on t is, by the deferred-measurement principle, the
+    # gate controlled on w followed by dephasing w (PhaseFlip(0.5)): the program against that circuit on the
+    # NumPy reference, runs of gates and channels between the control steps (each run grouped in blocks).
+    rng = np.random.default_rng(seed)
+    ops, deferred = [], []
+    for _ in range(3):
+        segment = random_noisy_circuit(rng, 3, 9).ops
+        w, t = (int(x) for x in rng.choice(3, size=2, replace=False))
+        gate = qfx.RY(float(rng.uniform(-3, 3)), wires=t)
+        m = qfx.measure(w)
+        ops += [*segment, m, qfx.cond(m, gate)]
+        deferred += [*segment, qfx.Controlled(gate, (w,)), qfx.PhaseFlip(0.5, wires=w)]
+    tail = random_noisy_circuit(rng, 3, 6).ops
+    program, reference = qfx.Circuit(ops + list(tail), 3), qfx.Circuit(deferred + list(tail), 3)
+    obs = qfx.Z(0) @ qfx.X(1) + 0.5 * qfx.Y(2)
+    np.testing.assert_allclose(qfx.probs(program), mref.probs(reference), atol=1e-10)
+    assert abs(float(qfx.expval(program, obs)) - mref.expval(reference, obs)) < 1e-10
+
+
 def test_mid_circuit_measurements_and_control_flow_on_the_density_matrix():
     m = qfx.measure(0)
     noisy = qfx.Circuit([qfx.H(0), m, qfx.cond(m, qfx.X(1)), qfx.BitFlip(0.1, wires=1)])

@@ -56,8 +56,16 @@ def traverse(ops, carry, sim, program: Program, alias: dict, path: tuple):
     def slot(token):
         return program.slot(token, alias)
 
+    # A simulator with `operations` takes each run of gates and channels at once (to group them in blocks).
+    together = getattr(sim, "operations", None)
+    pending: list = []
     for j, op in enumerate(ops):
         p = path + (j,)
+        if together is not None and isinstance(op, (AbstractGate, AbstractChannel)):
+            pending.append(op)
+            continue
+        if pending:
+            carry, pending = together(carry, pending), []
         if isinstance(op, AbstractGate):
             carry = sim.gate(carry, op)
         elif isinstance(op, AbstractChannel):  # only simulators of mixed states have `channel`
@@ -100,6 +108,8 @@ def traverse(ops, carry, sim, program: Program, alias: dict, path: tuple):
             carry = sim.while_on(carry, op.expr, body, op.max_iterations, slot)
         else:
             raise TypeError(f"{op!r} is not a qfx operation that circuits can run.")
+    if pending:
+        carry = together(carry, pending)
     return carry
 
 

@@ -41,8 +41,13 @@ class MixedSimulator:
         return jnp.zeros((2**self.R, rho0.shape[0]), rho0.dtype).at[0].set(rho0)
 
     def _apply(self, x: Array, op) -> Array:
-        ops = doubled([op], self.n)
-        return jax.vmap(lambda r: run(ops, r, 2 * self.n))(x)
+        return self.operations(x, [op])
+
+    def operations(self, x: Array, ops: list) -> Array:
+        """A run of gates and channels between two control-flow steps, grouped into superoperator blocks
+        (`doubled`) and applied to every record's density matrix."""
+        doubled_ops = doubled(ops, self.n)
+        return jax.vmap(lambda r: run(doubled_ops, r, 2 * self.n))(x)
 
     def gate(self, x, gate):
         return self._apply(x, gate)
