@@ -9,6 +9,11 @@ under `jax.jit`), qujax density tensors (Kraus lists, `jax.jit`), TensorCircuit-
 backend, `jax.jit`). Each (library, n) runs in a fresh process: first call (trace + compile + run) and the
 median of the steady-state calls; the values are checked to agree across libraries.
 
+`--control`: qfx alone on the same noisy HEA with a mid-circuit measurement read by a condition after
+layers 3, 6 and 9 (`qfx.measure(l % n)`, then `qfx.cond` of an X on the next wire), against the same
+program by deferred measurement (the X controlled on the measured wire, then PhaseFlip(0.5) there): the
+exact value is the same, and the second runs without control flow.
+
 Then `--trajectories N`: N trajectories of qfx `Trajectories()` at n = `--traj-wires` in one vmapped
 value_and_grad call (first call and steady state).
 
@@ -17,6 +22,7 @@ The peers run in `benchmarks/peers/.venv` (see `benchmarks/peers/setup.sh`); nev
 Usage:
     python benchmarks/noise.py                              # n = 4, 6, 8, 10, 12; every library
     python benchmarks/noise.py --sizes 4,6 --only qfx,pennylane --trajectories 1024 --traj-wires 16
+    python benchmarks/noise.py --sizes 4,8,10 --only none --control
 """
 
 import argparse
@@ -169,6 +175,35 @@ def _qujax(n):
     return fn, (jnp.asarray(_theta(n)), jnp.float32(P))
 
 
+def _qfx_control(n, deferred):
+    import jax
+    import jax.numpy as jnp
+
+    import qfx
+
+    obs = sum(qfx.Z(i) for i in range(n))
+
+    def cost(theta, p):
+        ops = []
+        for l in range(L):
+            ops += [qfx.RY(theta[l, i, 0], wires=i) for i in range(n)]
+            ops += [qfx.RZ(theta[l, i, 1], wires=i) for i in range(n)]
+            ops += [qfx.CNOT(wires=(i, i + 1)) for i in range(n - 1)]
+            if l % 3 == 2:
+                w, t = l % n, (l + 1) % n
+                if deferred:
+                    ops += [qfx.Controlled(qfx.X(t), (w,)), qfx.PhaseFlip(0.5, wires=w)]
+                else:
+                    m = qfx.measure(w)
+                    ops += [m, qfx.cond(m, qfx.X(t))]
+        # The layers' gates only: the conditional X and its deferred form stay noiseless, alike.
+        rule = qfx.AfterGates(qfx.DepolarizingChannel(p, wires=0), gates=(qfx.RY, qfx.RZ, qfx.CNOT))
+        return qfx.expval(qfx.NoiseModel([rule])(qfx.Circuit(ops, num_wires=n)), obs)
+
+    fn = jax.jit(jax.value_and_grad(cost, argnums=(0, 1)))
+    return fn, (jnp.asarray(_theta(n)), jnp.float32(P))
+
+
 def _trajectories(n, count):
     import jax
 
@@ -194,7 +229,14 @@ def _trajectories(n, count):
     return fn, (jax.numpy.asarray(_theta(n)), jax.numpy.float32(P), keys)
 
 
-BUILD = {"qfx": _qfx, "pennylane": _pennylane, "qujax": _qujax, "tensorcircuit": _tensorcircuit}
+BUILD = {
+    "qfx": _qfx,
+    "pennylane": _pennylane,
+    "qujax": _qujax,
+    "tensorcircuit": _tensorcircuit,
+    "qfx_control": lambda n: _qfx_control(n, deferred=False),
+    "qfx_deferred": lambda n: _qfx_control(n, deferred=True),
+}
 
 
 def worker(lib, n, count):
@@ -208,7 +250,7 @@ def worker(lib, n, count):
 
 
 def run(lib, n, count, cap, peers_python):
-    python = sys.executable if lib in ("qfx", "trajectories") else peers_python
+    python = sys.executable if lib.startswith("qfx") or lib == "trajectories" else peers_python
     env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_ENABLE_COMPILATION_CACHE="false")
     cmd = [python, __file__, "--worker", lib, "--n", str(n), "--count", str(count)]
     try:
@@ -225,11 +267,31 @@ def _ms(x):
     return f"{x * 1e3:.1f} ms" if x < 1 else f"{x:.2f} s"
 
 
+def _control_table(sizes, cap, peers_python):
+    print(f"noisy HEA(n, {L}) with a measurement read by a cond after layers 3, 6, 9, qfx DensityMatrix()")
+    print("first call / steady state (median); the deferred-measurement program has the same value\n")
+    print("| n | measure + cond | deferred measurement (no control flow) |")
+    print("|---|---|---|")
+    for n in sizes:
+        cells, values = [], []
+        for lib in ("qfx_control", "qfx_deferred"):
+            r = run(lib, n, 0, cap, peers_python)
+            if "error" in r:
+                cells.append(f"failed: {r['error']}")
+                continue
+            cells.append(f"{_ms(r['first'])} / {_ms(r['steady'])} (value {r['value']:.5f})")
+            values.append(r["value"])
+        agree = "" if len(values) < 2 or abs(values[0] - values[1]) < 1e-3 else " (values disagree!)"
+        print(f"| {n} | " + " | ".join(cells) + f"{agree} |", flush=True)
+    print()
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="4,6,8,10,12")
     parser.add_argument("--only", default="qfx,pennylane,qujax,tensorcircuit")
     parser.add_argument("--cap", type=float, default=600)
+    parser.add_argument("--control", action="store_true", help="the mid-circuit measurement table")
     parser.add_argument("--trajectories", type=int, default=0)
     parser.add_argument("--traj-wires", type=int, default=16)
     parser.add_argument("--peers-python", default=str(PEERS_PYTHON))
@@ -240,7 +302,11 @@ def main():
     if a.worker:
         worker(a.worker, a.n, a.count)
         return
-    libs = a.only.split(",")
+    libs = [x for x in a.only.split(",") if x != "none"]
+    if a.control:
+        _control_table([int(x) for x in a.sizes.split(",")], a.cap, a.peers_python)
+    if not libs:
+        return
     print(f"noisy HEA(n, {L}), DepolarizingChannel({P}) after every gate, jit(value_and_grad) in (theta, p)")
     print("first call / steady state (median); value = sum_i <Z_i>\n")
     print("| n | " + " | ".join(libs) + " | qfx vs best peer (steady) |")

@@ -566,6 +566,34 @@ def test_noisy_programs_with_conditionals_match_deferred_measurement(x64, seed):
     obs = qfx.Z(0) @ qfx.X(1) + 0.5 * qfx.Y(2)
     np.testing.assert_allclose(qfx.probs(program), mref.probs(reference), atol=1e-10)
     assert abs(float(qfx.expval(program, obs)) - mref.expval(reference, obs)) < 1e-10
+    # Each outcome is read right after its measurement: the three share one record bit.
+    assert _mixed.MixedSimulator(_control.Program(program.ops), 3).R == 1
+
+
+def test_an_outcome_read_again_later_keeps_its_record(x64):
+    # m0 is read again after m1 and m2 were measured and read: m0 keeps a bit of its own, m1 and m2 share
+    # one. Reference: m0 copied to an ancilla (wire 3) by a CNOT, which the later reads control on.
+    rng = np.random.default_rng(7)
+    ops, reference, first = [], [], None
+    for k in range(3):
+        segment = random_noisy_circuit(rng, 3, 6).ops
+        w, t = (int(x) for x in rng.choice(3, size=2, replace=False))
+        gate = qfx.RX(float(rng.uniform(-3, 3)), wires=t)
+        m = qfx.measure(w)
+        ops += [*segment, m, qfx.cond(m, gate)]
+        if k == 0:
+            first = m
+            reference += [*segment, qfx.CNOT(wires=(w, 3)), qfx.Controlled(gate, (3,))]
+        else:
+            reference += [*segment, qfx.Controlled(gate, (w,))]
+        reference.append(qfx.PhaseFlip(0.5, wires=w))
+    late = qfx.RY(0.9, wires=1)
+    ops += [qfx.H(0), qfx.cond(first, late)]
+    reference += [qfx.H(0), qfx.Controlled(late, (3,))]
+    program = qfx.Circuit(ops, 3)
+    assert _mixed.MixedSimulator(_control.Program(program.ops), 3).R == 2
+    want = mref.probs(qfx.Circuit(reference, 4), (0, 1, 2))
+    np.testing.assert_allclose(qfx.probs(program), want, atol=1e-10)
 
 
 def test_mid_circuit_measurements_and_control_flow_on_the_density_matrix():

@@ -51,6 +51,10 @@ class Program:
         self.referenced: list = []  # (register key, reference) of every read
         self.read_early: list = []  # (register key, reference) read before their measurement runs
         self.num_measurements = 0
+        # Where each register is live, in positions of the top-level operations: from its first
+        # measurement to its last measurement or read (a register may be measured again, in a loop or by
+        # the same operation used twice). Two registers whose spans do not meet can share storage.
+        self.spans: dict = {}
         # Post-selection that an outcome drawn at random may precede (see `simulate`, in
         # `qfx/_statevector/_simulators.py`): the first such one.
         self.drawn, self.postselected = 0, 0
@@ -73,12 +77,18 @@ class Program:
                 "it."
             )
 
-    def _read(self, expr, alias) -> None:
+    def _touch(self, key, at: int) -> None:
+        first, last = self.spans.get(key, (at, at))
+        self.spans[key] = (min(first, at), max(last, at))
+
+    def _read(self, expr, alias, at: int) -> None:
         for r in expr_refs(expr):
             key = alias.get(r[2].token)
             self.referenced.append((key, r))
             if key not in self.slots:
                 self.read_early.append((key, r))
+            else:
+                self._touch(key, at)
 
     def _visit(self, ops, alias, path):
         for j, op in enumerate(ops):
@@ -86,6 +96,7 @@ class Program:
             if isinstance(op, MidMeasure):
                 self.num_measurements += 1
                 self.slots.setdefault(alias[op.token], len(self.slots))
+                self._touch(alias[op.token], p[0])
                 if op.postselect is None:
                     self.drawn += 1
                 else:
@@ -100,11 +111,11 @@ class Program:
                 self._visit_loop(body.ops, alias, p)
             elif isinstance(op, Cond):
                 if op.expr is not None:
-                    self._read(op.expr, alias)
+                    self._read(op.expr, alias, p[0])
                 for k, b in enumerate(op.branches):
                     self._visit(b.ops, alias, p + (k,))
             elif isinstance(op, WhileLoop):
-                self._read(op.expr, alias)
+                self._read(op.expr, alias, p[0])
                 self._visit_loop(op.body.ops, alias, p)
             elif isinstance(op, ForLoop):
                 body, inner = loop_body(op, jax.ShapeDtypeStruct((), jnp.int32), alias, p)

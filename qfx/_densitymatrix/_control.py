@@ -4,7 +4,8 @@ The carry is a classical-quantum state, an array of shape `(2**R, 4**n)`: one (u
 per record of the `R` outcomes that a condition reads (record bit 0 most significant). An outcome that
 nothing reads is not recorded: its measurement dephases the density matrix on that wire (the sum over
 outcomes of the projected states), which is the same state as keeping the outcome and forgetting it, at a
-`2**R`-th of the memory. A BB84 program that measures 8 qubits and reads none of the outcomes keeps one
+`2**R`-th of the memory. Outcomes whose reads are over by the time another is measured share a bit
+(`_registers`). A BB84 program that measures 8 qubits and reads none of the outcomes keeps one
 density matrix, where one per record would be 256.
 """
 
@@ -21,13 +22,30 @@ from .._statevector import run
 from ._doubled import doubled
 
 
+def _registers(program: Program) -> tuple[dict, int]:
+    """A record bit for each outcome that a condition reads (`slot -> bit`), and how many bits: outcomes
+    whose spans of top-level operations (`Program.spans`, first measurement to last read) do not meet share
+    a bit, as registers are allocated, so a program that reads each outcome right after measuring it keeps
+    one bit, not one per measurement. Measuring into a bit sums out its previous value (`measure`)."""
+    read = {key for key, _ in program.referenced if key in program.slots}
+    spans = sorted((program.spans[key], program.slots[key]) for key in read)
+    compact, ends = {}, []  # ends[b]: the last position at which bit b's current outcome is live
+    for (first, last), slot in spans:
+        free = [b for b, end in enumerate(ends) if end < first]
+        bit = free[0] if free else len(ends)
+        if bit == len(ends):
+            ends.append(last)
+        ends[bit] = last
+        compact[slot] = bit
+    return compact, len(ends)
+
+
 class MixedSimulator:
     """How each step acts on the classical-quantum carry (see the module docstring); used by `traverse`."""
 
     def __init__(self, program: Program, n: int):
-        read = sorted({program.slots[key] for key, _ in program.referenced if key in program.slots})
-        self.compact = {slot: i for i, slot in enumerate(read)}
-        self.R, self.n = len(read), n
+        self.compact, self.R = _registers(program)
+        self.n = n
         check_memory(
             2**self.R * 4**n,
             f"qfx.DensityMatrix(): a density matrix of {n} wires per record of the {self.R} mid-circuit "
