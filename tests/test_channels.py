@@ -547,20 +547,33 @@ def test_backend_errors():
         jax.grad(lambda c: qfx.expval(c, qfx.Z(0), diff=qfx.diff.ParameterShift()))(damped)
 
 
+def _measured_and_conditioned(rng, depth, gate, ancilla=False):
+    """Three runs of random noisy operations, each followed by a measurement of a wire w read by a cond of
+    `gate` on another wire; and the same by the deferred-measurement principle: the gate controlled on w,
+    then w dephased (PhaseFlip(0.5)). With `ancilla`, the first outcome is also copied to wire 3 (a CNOT),
+    and its gate controlled on that copy, which later reads can control on too."""
+    ops, deferred, first = [], [], None
+    for k in range(3):
+        segment = random_noisy_circuit(rng, 3, depth).ops
+        w, t = (int(x) for x in rng.choice(3, size=2, replace=False))
+        g = gate(float(rng.uniform(-3, 3)), wires=t)
+        m = qfx.measure(w)
+        ops += [*segment, m, qfx.cond(m, g)]
+        if ancilla and k == 0:
+            first = m
+            deferred += [*segment, qfx.CNOT(wires=(w, 3)), qfx.Controlled(g, (3,))]
+        else:
+            deferred += [*segment, qfx.Controlled(g, (w,))]
+        deferred.append(qfx.PhaseFlip(0.5, wires=w))
+    return ops, deferred, first
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_noisy_programs_with_conditionals_match_deferred_measurement(x64, seed):
-    # A measurement of wire w read by a cond of a gate on t is, by the deferred-measurement principle, the
-    # gate controlled on w followed by dephasing w (PhaseFlip(0.5)): the program against that circuit on the
-    # NumPy reference, runs of gates and channels between the control steps (each run grouped in blocks).
+    # The program against its deferred form on the NumPy reference: runs of gates and channels between the
+    # control steps (each run grouped in blocks).
     rng = np.random.default_rng(seed)
-    ops, deferred = [], []
-    for _ in range(3):
-        segment = random_noisy_circuit(rng, 3, 9).ops
-        w, t = (int(x) for x in rng.choice(3, size=2, replace=False))
-        gate = qfx.RY(float(rng.uniform(-3, 3)), wires=t)
-        m = qfx.measure(w)
-        ops += [*segment, m, qfx.cond(m, gate)]
-        deferred += [*segment, qfx.Controlled(gate, (w,)), qfx.PhaseFlip(0.5, wires=w)]
+    ops, deferred, _ = _measured_and_conditioned(rng, 9, qfx.RY)
     tail = random_noisy_circuit(rng, 3, 6).ops
     program, reference = qfx.Circuit(ops + list(tail), 3), qfx.Circuit(deferred + list(tail), 3)
     obs = qfx.Z(0) @ qfx.X(1) + 0.5 * qfx.Y(2)
@@ -572,28 +585,13 @@ def test_noisy_programs_with_conditionals_match_deferred_measurement(x64, seed):
 
 def test_an_outcome_read_again_later_keeps_its_record(x64):
     # m0 is read again after m1 and m2 were measured and read: m0 keeps a bit of its own, m1 and m2 share
-    # one. Reference: m0 copied to an ancilla (wire 3) by a CNOT, which the later reads control on.
-    rng = np.random.default_rng(7)
-    ops, reference, first = [], [], None
-    for k in range(3):
-        segment = random_noisy_circuit(rng, 3, 6).ops
-        w, t = (int(x) for x in rng.choice(3, size=2, replace=False))
-        gate = qfx.RX(float(rng.uniform(-3, 3)), wires=t)
-        m = qfx.measure(w)
-        ops += [*segment, m, qfx.cond(m, gate)]
-        if k == 0:
-            first = m
-            reference += [*segment, qfx.CNOT(wires=(w, 3)), qfx.Controlled(gate, (3,))]
-        else:
-            reference += [*segment, qfx.Controlled(gate, (w,))]
-        reference.append(qfx.PhaseFlip(0.5, wires=w))
+    # one. In the reference m0 is copied to an ancilla (wire 3), which the late read controls on.
+    ops, deferred, first = _measured_and_conditioned(np.random.default_rng(7), 6, qfx.RX, ancilla=True)
     late = qfx.RY(0.9, wires=1)
-    ops += [qfx.H(0), qfx.cond(first, late)]
-    reference += [qfx.H(0), qfx.Controlled(late, (3,))]
-    program = qfx.Circuit(ops, 3)
+    program = qfx.Circuit(ops + [qfx.H(0), qfx.cond(first, late)], 3)
+    reference = qfx.Circuit(deferred + [qfx.H(0), qfx.Controlled(late, (3,))], 4)
     assert _mixed.MixedSimulator(_control.Program(program.ops), 3).R == 2
-    want = mref.probs(qfx.Circuit(reference, 4), (0, 1, 2))
-    np.testing.assert_allclose(qfx.probs(program), want, atol=1e-10)
+    np.testing.assert_allclose(qfx.probs(program), mref.probs(reference, (0, 1, 2)), atol=1e-10)
 
 
 def test_mid_circuit_measurements_and_control_flow_on_the_density_matrix():
