@@ -7,7 +7,6 @@ a backend tests which backend it holds: a new backend is a new module implementi
 """
 
 import abc
-from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -22,10 +21,6 @@ class AbstractBackend(eqx.Module):
 
     Implementations: `qfx.StateVector` (the default) and `qfx.TensorNetwork`.
     """
-
-    # Whether a channel is applied as its superoperator, linear in its Kraus weights for any real values
-    # (qfx.DensityMatrix): then a strength the weights are affine in has an exact shift rule.
-    linear_in_kraus_weights: ClassVar[bool] = False
 
     @abc.abstractmethod
     def prepare(self, measurement: AbstractMeasurement, circuit: Circuit, initial_state) -> Array | None:

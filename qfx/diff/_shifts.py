@@ -136,8 +136,8 @@ def shifted_jvp(
     index = np.asarray(index, np.int32)
     positions = jnp.arange(x.shape[0], dtype=jnp.int32)
 
-    def evaluate(m, s, a, b):
-        shifted = jnp.where(positions == m, a * x + s, x)
+    def evaluate(m, s, scale, b):
+        shifted = jnp.where(positions == m, scale * x + s, x)
         new = [list(ls) for ls in leaves]
         for (a, j, _), start, stop in zip(selected, offsets[:-1], offsets[1:], strict=True):
             new[a][j] = from_real_coordinates(shifted[start:stop], leaves[a][j])
