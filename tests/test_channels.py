@@ -547,35 +547,46 @@ def test_backend_errors():
         jax.grad(lambda c: qfx.expval(c, qfx.Z(0), diff=qfx.diff.ParameterShift()))(damped)
 
 
-def _measured_and_conditioned(rng, depth, gate, ancilla=False):
-    """Three runs of random noisy operations, each followed by a measurement of a wire w read by a cond of
-    `gate` on another wire; and the same by the deferred-measurement principle: the gate controlled on w,
-    then w dephased (PhaseFlip(0.5)). With `ancilla`, the first outcome is also copied to wire 3 (a CNOT),
-    and its gate controlled on that copy, which later reads can control on too."""
+def _measured_and_conditioned(rng, depth, gate, ancilla=False, reset=False):
+    """Three runs of random noisy operations (on one or two wires each), each followed by a measurement of
+    a wire w read by a cond of `gate` on another wire; and the same by the deferred-measurement principle:
+    the gate controlled on w, then w dephased (PhaseFlip(0.5)), or with `reset` reset (ResetError(1, 0)).
+    With `ancilla`, the first outcome is also copied to wire 3 (a CNOT), and its gate controlled on that
+    copy, which later reads can control on too."""
     ops, deferred, first = [], [], None
     for k in range(3):
-        segment = random_noisy_circuit(rng, 3, depth).ops
+        segment = random_noisy_circuit(rng, 3, depth, gates=TWO_WIRE_GATES).ops
         w, t = (int(x) for x in rng.choice(3, size=2, replace=False))
         g = gate(float(rng.uniform(-3, 3)), wires=t)
-        m = qfx.measure(w)
+        m = qfx.measure(w, reset=reset)
         ops += [*segment, m, qfx.cond(m, g)]
         if ancilla and k == 0:
             first = m
             deferred += [*segment, qfx.CNOT(wires=(w, 3)), qfx.Controlled(g, (3,))]
         else:
             deferred += [*segment, qfx.Controlled(g, (w,))]
-        deferred.append(qfx.PhaseFlip(0.5, wires=w))
+        deferred.append(qfx.ResetError(1.0, 0.0, wires=w) if reset else qfx.PhaseFlip(0.5, wires=w))
     return ops, deferred, first
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_noisy_programs_with_conditionals_match_deferred_measurement(x64, seed):
+def _force_representation(monkeypatch, pauli: bool, program) -> None:
+    """Programs with control flow on the density matrix: Pauli coefficients per record, or (forced) the
+    complex flattened density matrix."""
+    assert _mixed.pauli_program(program.ops)
+    if not pauli:
+        monkeypatch.setattr(_dm_backend, "pauli_program", lambda ops: False)
+
+
+@pytest.mark.parametrize("pauli", [True, False], ids=["pauli-basis", "superoperators"])
+@pytest.mark.parametrize("seed, reset", [(0, False), (1, True)])
+def test_noisy_programs_with_conditionals_match_deferred_measurement(x64, monkeypatch, pauli, seed, reset):
     # The program against its deferred form on the NumPy reference: runs of gates and channels between the
     # control steps (each run grouped in blocks).
     rng = np.random.default_rng(seed)
-    ops, deferred, _ = _measured_and_conditioned(rng, 9, qfx.RY)
-    tail = random_noisy_circuit(rng, 3, 6).ops
+    ops, deferred, _ = _measured_and_conditioned(rng, 9, qfx.RY, reset=reset)
+    tail = random_noisy_circuit(rng, 3, 6, gates=TWO_WIRE_GATES).ops
     program, reference = qfx.Circuit(ops + list(tail), 3), qfx.Circuit(deferred + list(tail), 3)
+    _force_representation(monkeypatch, pauli, program)
     obs = qfx.Z(0) @ qfx.X(1) + 0.5 * qfx.Y(2)
     np.testing.assert_allclose(qfx.probs(program), mref.probs(reference), atol=1e-10)
     assert abs(float(qfx.expval(program, obs)) - mref.expval(reference, obs)) < 1e-10
@@ -583,15 +594,52 @@ def test_noisy_programs_with_conditionals_match_deferred_measurement(x64, seed):
     assert _mixed.MixedSimulator(_control.Program(program.ops), 3).R == 1
 
 
-def test_an_outcome_read_again_later_keeps_its_record(x64):
+@pytest.mark.parametrize("pauli", [True, False], ids=["pauli-basis", "superoperators"])
+def test_an_outcome_read_again_later_keeps_its_record(x64, monkeypatch, pauli):
     # m0 is read again after m1 and m2 were measured and read: m0 keeps a bit of its own, m1 and m2 share
     # one. In the reference m0 is copied to an ancilla (wire 3), which the late read controls on.
     ops, deferred, first = _measured_and_conditioned(np.random.default_rng(7), 6, qfx.RX, ancilla=True)
     late = qfx.RY(0.9, wires=1)
     program = qfx.Circuit(ops + [qfx.H(0), qfx.cond(first, late)], 3)
     reference = qfx.Circuit(deferred + [qfx.H(0), qfx.Controlled(late, (3,))], 4)
+    _force_representation(monkeypatch, pauli, program)
     assert _mixed.MixedSimulator(_control.Program(program.ops), 3).R == 2
     np.testing.assert_allclose(qfx.probs(program), mref.probs(reference, (0, 1, 2)), atol=1e-10)
+
+
+@pytest.mark.parametrize("pauli", [True, False], ids=["pauli-basis", "superoperators"])
+def test_postselection_and_while_loops_match_the_state_vector(x64, monkeypatch, pauli):
+    # Without channels the mixed-state program equals the state vector's exact mode (its own code: a
+    # state per record): post-selection, resets, a cond on two outcomes, a for loop with a measurement, and
+    # repeat-until-success loops with and without a bound; values and forward-mode gradients.
+    def layer(i, t):
+        m = qfx.measure(2)
+        return [qfx.RY(t[i], wires=2), m, qfx.cond(m, qfx.RX(0.3 * t[i], wires=1))]
+
+    def program(a):
+        m0, m1, r = qfx.measure(0, postselect=1), qfx.measure(1, reset=True), qfx.measure(0)
+        attempt = [qfx.RY(a[2], wires=0), r]
+        ops = [qfx.RY(a[0], wires=0), qfx.CNOT(wires=(0, 1)), m0, qfx.RX(a[1], wires=1), m1]
+        ops += [qfx.cond(m0 ^ m1, qfx.RY(a[3], wires=2)), qfx.for_loop(2, layer, a[4:6])]
+        ops += attempt + [qfx.while_loop(r, attempt, max_iterations=4), qfx.CNOT(wires=(2, 0))]
+        ops += attempt + [qfx.while_loop(r, attempt)]
+        return qfx.Circuit(ops, 3)
+
+    a = jnp.asarray([0.7, 1.1, 0.9, -0.4, 0.5, 1.3])
+    _force_representation(monkeypatch, pauli, program(a))
+    obs = qfx.Z(0) @ qfx.X(2) + 0.5 * qfx.Y(1) - 0.2 * qfx.Z(2)
+
+    def f(a, **kw):
+        return qfx.expval(program(a), obs, **kw)
+
+    dm, sv = f(a, backend=qfx.DensityMatrix()), f(a, mcm="exact")
+    assert abs(float(dm) - float(sv)) < 1e-10
+    # Forward mode: the unbounded loop is a lax.while_loop.
+    dm_grad, sv_grad = jax.jacfwd(f)(a, backend=qfx.DensityMatrix()), jax.jacfwd(f)(a, mcm="exact")
+    np.testing.assert_allclose(dm_grad, sv_grad, atol=1e-9)
+    np.testing.assert_allclose(
+        qfx.probs(program(a), backend=qfx.DensityMatrix()), qfx.probs(program(a), mcm="exact"), atol=1e-10
+    )
 
 
 def test_mid_circuit_measurements_and_control_flow_on_the_density_matrix():

@@ -12,7 +12,7 @@ from .._custom_types import complex_dtype, tolerance
 from .._measurements import AbstractMeasurement, Amplitude, Expval, State
 from .._memory import check_memory
 from .._statevector import initial_state_of, run, zero_state
-from ._control import MixedSimulator, final_rho
+from ._control import MixedSimulator, final_rho, pauli_program
 from ._doubled import doubled, representable_in_pauli_basis
 from ._measure import measure_rho
 from ._pauli import from_pauli, pauli_expvals, pauli_zero_state, run_pauli, to_pauli
@@ -73,7 +73,7 @@ class DensityMatrix(AbstractBackend):
         x0 = zero_state(2 * n) if initial_state is None else initial_state
         if has_control(circuit.ops):
             program = Program(circuit.ops)
-            sim = MixedSimulator(program, n)
+            sim = MixedSimulator(program, n, pauli=pauli_program(circuit.ops))
             x = traverse(circuit.ops, sim.initial(x0), sim, program, program.alias, ())
             return measure_rho(measurement, final_rho(x, sim, program), args)
         if representable_in_pauli_basis(circuit.ops):

@@ -15,11 +15,13 @@ import jax.numpy as jnp
 from jaxtyping import Array
 import numpy as np
 
-from .._control import MidMeasure, Program, capped_while, evaluate
+from .._circuit import Repeat
+from .._control import Cond, ForLoop, MidMeasure, Program, WhileLoop, capped_while, evaluate
 from .._custom_types import real_dtype
 from .._memory import check_memory
 from .._statevector import run
-from ._doubled import doubled
+from ._doubled import doubled, representable_in_pauli_basis
+from ._pauli import apply_transfer, from_pauli, run_pauli, to_pauli
 
 
 def _registers(program: Program) -> tuple[dict, int]:
@@ -40,12 +42,48 @@ def _registers(program: Program) -> tuple[dict, int]:
     return compact, len(ends)
 
 
-class MixedSimulator:
-    """How each step acts on the classical-quantum carry (see the module docstring); used by `traverse`."""
+def pauli_program(ops) -> bool:
+    """Whether every gate and channel of a program with control flow (in branches and loop bodies too)
+    acts on one or two wires: then its records are held in the Pauli basis (`MixedSimulator`)."""
+    for op in ops:
+        if isinstance(op, Repeat):
+            inner = op.body.ops
+        elif isinstance(op, Cond):
+            inner = [x for b in op.branches for x in b.ops]
+        elif isinstance(op, WhileLoop):
+            inner = op.body.ops
+        elif isinstance(op, ForLoop):
+            inner = op.skeleton()
+        elif isinstance(op, MidMeasure):
+            continue
+        else:
+            if not representable_in_pauli_basis([op]):
+                return False
+            continue
+        if not pauli_program(inner):
+            return False
+    return True
 
-    def __init__(self, program: Program, n: int):
+
+def _outcome_transfer(outcome: int, to: int, dtype) -> np.ndarray:
+    """On one wire's Pauli digit (I, X, Y, Z): project on `outcome` and leave the wire in `to`.
+    `tr(P_b rho) = (c_I + s c_Z) / 2` with `s = (-1)**outcome`; the wire's X and Y parts vanish and its Z
+    part is `(-1)**to` times that."""
+    s, t = (-1.0) ** outcome, (-1.0) ** to
+    m = np.zeros((4, 4))
+    m[0, 0], m[0, 3] = 0.5, 0.5 * s
+    m[3, 0], m[3, 3] = 0.5 * t, 0.5 * s * t
+    return m.astype(dtype)
+
+
+class MixedSimulator:
+    """How each step acts on the classical-quantum carry (see the module docstring); used by `traverse`.
+    With `pauli`, each record is held as real Pauli coefficients (`_pauli.py`) instead of the complex
+    flattened density matrix."""
+
+    def __init__(self, program: Program, n: int, pauli: bool = False):
         self.compact, self.R = _registers(program)
-        self.n = n
+        self.n, self.pauli = n, pauli
         check_memory(
             2**self.R * 4**n,
             f"qfx.DensityMatrix(): a density matrix of {n} wires per record of the {self.R} mid-circuit "
@@ -56,6 +94,8 @@ class MixedSimulator:
         self.bits = [jnp.asarray((records >> (self.R - 1 - i)) & 1, jnp.int32) for i in range(self.R)]
 
     def initial(self, rho0: Array) -> Array:
+        if self.pauli:
+            rho0 = to_pauli(rho0, self.n)
         return jnp.zeros((2**self.R, rho0.shape[0]), rho0.dtype).at[0].set(rho0)
 
     def _apply(self, x: Array, op) -> Array:
@@ -64,7 +104,9 @@ class MixedSimulator:
     def operations(self, x: Array, ops: list) -> Array:
         """A run of gates and channels between two control-flow steps, grouped into superoperator blocks
         (`doubled`) and applied to every record's density matrix."""
-        doubled_ops = doubled(ops, self.n)
+        doubled_ops = doubled(ops, self.n, pauli=self.pauli)
+        if self.pauli:
+            return jax.vmap(lambda r: run_pauli(doubled_ops, r, self.n))(x)
         return jax.vmap(lambda r: run(doubled_ops, r, 2 * self.n))(x)
 
     def gate(self, x, gate):
@@ -73,18 +115,24 @@ class MixedSimulator:
     def channel(self, x, channel):
         return self._apply(x, channel)
 
-    def measure(self, x, op: MidMeasure, slot: int):
-        n, w = self.n, op.wire
+    def _outcome(self, x, w: int, outcome: int, to: int) -> Array:
+        """Each record projected on `outcome` of wire `w`, the wire then left in `to` (unnormalised)."""
+        if self.pauli:
+            m = jnp.asarray(_outcome_transfer(outcome, to, np.dtype(x.dtype)))
+            return jax.vmap(lambda r: apply_transfer(r, m, (w,), self.n))(x)
+        n = self.n
         c, d = 2**w, 2 ** (n - w - 1)
-        t = x.reshape(2**self.R, c, 2, d, c, 2, d)
+        block = x.reshape(2**self.R, c, 2, d, c, 2, d)[:, :, outcome, :, :, outcome, :]
+        e = jnp.zeros((2, 2), x.dtype).at[to, to].set(1)
+        return jnp.einsum("rabcd,xy->raxbcyd", block, e).reshape(x.shape)
+
+    def measure(self, x, op: MidMeasure, slot: int):
         blocks = []
         for outcome in (0, 1):
-            block = t[:, :, outcome, :, :, outcome, :]
+            block = self._outcome(x, op.wire, outcome, 0 if op.reset else outcome)
             if op.postselect is not None and outcome != op.postselect:
                 block = jnp.zeros_like(block)
-            to = 0 if op.reset else outcome
-            e = jnp.zeros((2, 2), x.dtype).at[to, to].set(1)
-            blocks.append(jnp.einsum("rabcd,xy->raxbcyd", block, e).reshape(x.shape))
+            blocks.append(block)
         if slot not in self.compact:  # nothing reads it: both outcomes stay in one density matrix
             return blocks[0] + blocks[1]
         i = self.compact[slot]
@@ -107,6 +155,8 @@ class MixedSimulator:
 
     def weight(self, x) -> Array:
         """The trace of each record's density matrix: the probability of each record."""
+        if self.pauli:  # the coefficient of the identity word
+            return x[:, 0].astype(real_dtype())
         dim = 2**self.n
         diag = jnp.diagonal(x.reshape(-1, dim, dim), axis1=1, axis2=2)
         return jnp.real(jnp.sum(diag, axis=1)).astype(real_dtype())
@@ -138,4 +188,7 @@ def final_rho(x: Array, sim: MixedSimulator, program: Program) -> Array:
             total <= (2 * jnp.finfo(total.dtype).eps) ** 2,
             "qfx.DensityMatrix(): the post-selected outcomes have probability 0 (to rounding).",
         )
-    return jnp.sum(x, axis=0).reshape(dim, dim) / total.astype(x.dtype)
+    rho = jnp.sum(x, axis=0)
+    if sim.pauli:
+        rho = from_pauli(rho, sim.n)
+    return rho.reshape(dim, dim) / total.astype(rho.dtype)
