@@ -46,8 +46,8 @@ def pauli_program(ops) -> bool:
     """Whether every gate and channel of a program with control flow (in branches and loop bodies too)
     acts on one or two wires: then its records are held in the Pauli basis (`MixedSimulator`)."""
     for op in ops:
-        if isinstance(op, Repeat):
-            inner = op.body.ops
+        if isinstance(op, Repeat):  # one layer: a for_loop in the body builds from one layer's arguments
+            inner = (op.layer(0) if op.length else op.body).ops
         elif isinstance(op, Cond):
             inner = [x for b in op.branches for x in b.ops]
         elif isinstance(op, WhileLoop):
