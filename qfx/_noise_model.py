@@ -214,4 +214,4 @@ class _NoisyIteration(eqx.Module):
 
     def __call__(self, i):
         ops = _body_ops(self.body(i), "qfx.for_loop")
-        return self.model._ops(ops, self.num_wires, (), [r.channel for r in self.model.rules])
+        return self.model._ops(ops, self.num_wires, ())

@@ -572,9 +572,9 @@ def _measured_and_conditioned(rng, depth, gate, ancilla=False, reset=False):
 def _force_representation(monkeypatch, pauli: bool, program) -> None:
     """Programs with control flow on the density matrix: Pauli coefficients per record, or (forced) the
     complex flattened density matrix."""
-    assert _mixed.pauli_program(program.ops)
+    assert representable_in_pauli_basis(program.ops)
     if not pauli:
-        monkeypatch.setattr(_dm_backend, "pauli_program", lambda ops: False)
+        monkeypatch.setattr(_dm_backend, "representable_in_pauli_basis", lambda ops: False)
 
 
 @pytest.mark.parametrize("pauli", [True, False], ids=["pauli-basis", "superoperators"])

@@ -56,7 +56,8 @@ def traverse(ops, carry, sim, program: Program, alias: dict, path: tuple):
     def slot(token):
         return program.slot(token, alias)
 
-    # A simulator with `operations` takes each run of gates and channels at once (to group them in blocks).
+    # A mixed-state simulator takes each run of gates and channels at once, as `operations` (to group them
+    # in blocks); state-vector simulators take gates one by one (`gate`), and never see a channel.
     together = getattr(sim, "operations", None)
     pending: list = []
     for j, op in enumerate(ops):
@@ -68,8 +69,6 @@ def traverse(ops, carry, sim, program: Program, alias: dict, path: tuple):
             carry, pending = together(carry, pending), []
         if isinstance(op, AbstractGate):
             carry = sim.gate(carry, op)
-        elif isinstance(op, AbstractChannel):  # only simulators of mixed states have `channel`
-            carry = sim.channel(carry, op)
         elif isinstance(op, Repeat):
 
             @jax.checkpoint

@@ -12,7 +12,7 @@ from .._custom_types import complex_dtype, tolerance
 from .._measurements import AbstractMeasurement, Amplitude, Expval, State
 from .._memory import check_memory
 from .._statevector import initial_state_of, run, zero_state
-from ._control import MixedSimulator, final_rho, pauli_program
+from ._control import MixedSimulator, final_rho
 from ._doubled import doubled, representable_in_pauli_basis
 from ._measure import measure_rho
 from ._pauli import from_pauli, pauli_expvals, pauli_zero_state, run_pauli, to_pauli
@@ -70,15 +70,18 @@ class DensityMatrix(AbstractBackend):
 
     def evaluate(self, measurement, circuit, initial_state, args):
         n = circuit.num_wires
-        x0 = zero_state(2 * n) if initial_state is None else initial_state
+        pauli = representable_in_pauli_basis(circuit.ops)
+        if pauli:
+            x0 = pauli_zero_state(n) if initial_state is None else to_pauli(initial_state, n)
+        else:
+            x0 = zero_state(2 * n) if initial_state is None else initial_state
         if has_control(circuit.ops):
             program = Program(circuit.ops)
-            sim = MixedSimulator(program, n, pauli=pauli_program(circuit.ops))
+            sim = MixedSimulator(program, n, pauli=pauli)
             x = traverse(circuit.ops, sim.initial(x0), sim, program, program.alias, ())
             return measure_rho(measurement, final_rho(x, sim, program), args)
-        if representable_in_pauli_basis(circuit.ops):
-            c0 = pauli_zero_state(n) if initial_state is None else to_pauli(initial_state, n)
-            c = run_pauli(doubled(circuit.ops, n, pauli=True), c0, n)
+        if pauli:
+            c = run_pauli(doubled(circuit.ops, n, pauli=True), x0, n)
             values = pauli_expvals(c, args[0], n) if isinstance(measurement, Expval) else None
             if values is not None:
                 return values

@@ -15,13 +15,12 @@ import jax.numpy as jnp
 from jaxtyping import Array
 import numpy as np
 
-from .._circuit import Repeat
-from .._control import Cond, ForLoop, MidMeasure, Program, WhileLoop, capped_while, evaluate
+from .._control import MidMeasure, Program, capped_while, evaluate
 from .._custom_types import real_dtype
 from .._memory import check_memory
 from .._statevector import run
-from ._doubled import doubled, representable_in_pauli_basis
-from ._pauli import apply_transfer, from_pauli, run_pauli, to_pauli
+from ._doubled import doubled
+from ._pauli import apply_transfer, from_pauli, run_pauli
 
 
 def _registers(program: Program) -> tuple[dict, int]:
@@ -33,36 +32,10 @@ def _registers(program: Program) -> tuple[dict, int]:
     spans = sorted((program.spans[key], program.slots[key]) for key in read)
     compact, ends = {}, []  # ends[b]: the last position at which bit b's current outcome is live
     for (first, last), slot in spans:
-        free = [b for b, end in enumerate(ends) if end < first]
-        bit = free[0] if free else len(ends)
-        if bit == len(ends):
-            ends.append(last)
-        ends[bit] = last
+        bit = next((b for b, end in enumerate(ends) if end < first), len(ends))
+        ends[bit : bit + 1] = [last]  # a free bit, or a new one
         compact[slot] = bit
     return compact, len(ends)
-
-
-def pauli_program(ops) -> bool:
-    """Whether every gate and channel of a program with control flow (in branches and loop bodies too)
-    acts on one or two wires: then its records are held in the Pauli basis (`MixedSimulator`)."""
-    for op in ops:
-        if isinstance(op, Repeat):  # one layer: a for_loop in the body builds from one layer's arguments
-            inner = (op.layer(0) if op.length else op.body).ops
-        elif isinstance(op, Cond):
-            inner = [x for b in op.branches for x in b.ops]
-        elif isinstance(op, WhileLoop):
-            inner = op.body.ops
-        elif isinstance(op, ForLoop):
-            inner = op.skeleton()
-        elif isinstance(op, MidMeasure):
-            continue
-        else:
-            if not representable_in_pauli_basis([op]):
-                return False
-            continue
-        if not pauli_program(inner):
-            return False
-    return True
 
 
 def _outcome_transfer(outcome: int, to: int, dtype) -> np.ndarray:
@@ -94,12 +67,9 @@ class MixedSimulator:
         self.bits = [jnp.asarray((records >> (self.R - 1 - i)) & 1, jnp.int32) for i in range(self.R)]
 
     def initial(self, rho0: Array) -> Array:
-        if self.pauli:
-            rho0 = to_pauli(rho0, self.n)
+        """The carry from the initial state, in this simulator's representation (Pauli coefficients with
+        `pauli`, else the flattened density matrix)."""
         return jnp.zeros((2**self.R, rho0.shape[0]), rho0.dtype).at[0].set(rho0)
-
-    def _apply(self, x: Array, op) -> Array:
-        return self.operations(x, [op])
 
     def operations(self, x: Array, ops: list) -> Array:
         """A run of gates and channels between two control-flow steps, grouped into superoperator blocks
@@ -108,12 +78,6 @@ class MixedSimulator:
         if self.pauli:
             return jax.vmap(lambda r: run_pauli(doubled_ops, r, self.n))(x)
         return jax.vmap(lambda r: run(doubled_ops, r, 2 * self.n))(x)
-
-    def gate(self, x, gate):
-        return self._apply(x, gate)
-
-    def channel(self, x, channel):
-        return self._apply(x, channel)
 
     def _outcome(self, x, w: int, outcome: int, to: int) -> Array:
         """Each record projected on `outcome` of wire `w`, the wire then left in `to` (unnormalised)."""

@@ -19,6 +19,7 @@ import numpy as np
 
 from .._channels import AbstractChannel
 from .._circuit import Circuit, Repeat
+from .._control import Cond, ForLoop, MidMeasure, WhileLoop
 from .._custom_types import EXACT, complex_dtype, real_dtype
 from .._gates import AbstractGate
 from .._statevector import batchable
@@ -120,13 +121,25 @@ class SuperBlock(AbstractGate):
 
 
 def representable_in_pauli_basis(ops) -> bool:
-    """Whether every operation (in `Repeat` bodies too) is a gate or a channel on one or two wires: then
-    each block is one real Pauli transfer matrix, and the whole circuit runs in the Pauli basis."""
+    """Whether every gate and channel (in `Repeat` layers, branches and loop bodies too) acts on one or two
+    wires: then each block is one real Pauli transfer matrix, and the whole circuit runs in the Pauli basis
+    (with control flow, each record's density matrix: `MixedSimulator`)."""
     for op in ops:
-        if isinstance(op, Repeat):
-            if not representable_in_pauli_basis(op.body.ops):
-                return False
-        elif not _groupable(op):
+        if isinstance(op, Repeat):  # one layer: a for_loop in the body builds from one layer's arguments
+            inner = (op.layer(0) if op.length else op.body).ops
+        elif isinstance(op, Cond):
+            inner = [x for b in op.branches for x in b.ops]
+        elif isinstance(op, WhileLoop):
+            inner = op.body.ops
+        elif isinstance(op, ForLoop):
+            inner = op.skeleton()
+        elif isinstance(op, MidMeasure):
+            continue
+        elif _groupable(op):
+            continue
+        else:
+            return False
+        if not representable_in_pauli_basis(inner):
             return False
     return True
 
