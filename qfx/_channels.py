@@ -25,7 +25,7 @@ import numpy as np
 
 from ._checks import as_dtype, as_numeric, check_wires, host_number, is_concrete
 from ._custom_types import EXACT, complex_dtype, real_dtype, tolerance
-from ._gates import AFFINE, AbstractOperation, ShiftRule
+from ._gates import AFFINE, AbstractGate, AbstractOperation, ShiftRule
 from ._observables import pauli_word_matrix
 
 _I = np.eye(2)
@@ -538,14 +538,15 @@ class QubitChannel(AbstractChannel):
 
 
 def has_channels(ops) -> bool:
-    """Whether `ops` hold a channel, in `Repeat` bodies and control-flow bodies and branches too."""
-    for op in ops:
-        if isinstance(op, AbstractChannel):
-            return True
-        for inner in _inner_ops(op):
-            if has_channels(inner):
-                return True
-    return False
+    """Whether `ops` hold a channel, in `Repeat` bodies and control-flow bodies and branches too. Read from
+    the operations' types first: a flat list of thousands of gates is one pass over a set."""
+    kinds = set(map(type, ops))
+    if any(issubclass(k, AbstractChannel) for k in kinds):
+        return True
+    nesting = {k for k in kinds if not issubclass(k, AbstractGate)}  # gates hold no operation sequences
+    return bool(nesting) and any(
+        has_channels(inner) for op in ops if type(op) in nesting for inner in _inner_ops(op)
+    )
 
 
 def _inner_ops(op):

@@ -279,6 +279,24 @@ def _check_is_circuit(circuit, fn: str) -> None:
 def check_circuit(circuit, fn: str) -> Circuit:
     """Checks `circuit` and returns it with any Python float or complex leaves as arrays (an `eqx.tree_at`
     edit such as `eqx.tree_at(lambda c: c.ops[0].theta, circ, 0.5)` skips the gate's own conversion)."""
+    return check_circuit_flat(circuit, fn)[0]
+
+
+def check_circuit_flat(circuit, fn: str) -> tuple[Circuit, tuple]:
+    """`check_circuit`, also returning `jax.tree.flatten` of the circuit it returns.
+
+    A circuit of array leaves whose structure (tree structure, leaf shapes and dtypes) passed once is not
+    walked again: the tree structure fixes the operations' types and wires, the avals the parameters'
+    shapes, so a flat list of thousands of gates costs one flatten per call, not a pass per check."""
+    if not isinstance(circuit, Circuit):
+        _check_is_circuit(circuit, fn)
+    flat = jax.tree.flatten(circuit)
+    try:  # the avals of array leaves (tracers too); anything else (a Python float, a NumPy array) has none
+        key = (flat[1], tuple(x.aval for x in flat[0]))
+    except AttributeError:
+        key = None
+    if key is not None and key in _CHECKED_SHAPES:
+        return circuit, flat
     _check_is_circuit(circuit, fn)
     used = max((w for op in circuit.ops for w in op.wires), default=-1)
     if used >= circuit.num_wires:  # `Circuit` checks this, but `eqx.tree_at` edits skip its __init__
@@ -287,22 +305,17 @@ def check_circuit(circuit, fn: str) -> Circuit:
             f"{wire_range(circuit.num_wires)}; build a new qfx.Circuit (with num_wires=...) after replacing "
             "operations."
         )
-    leaves, treedef = jax.tree.flatten(circuit)
+    leaves = flat[0]
     arrays = all(isinstance(x, jax.Array) for x in leaves)  # tracers are jax.Arrays too
     if not arrays or any(x.dtype in (jnp.float16, jnp.bfloat16) for x in leaves):
         circuit = jax.tree.map(as_leaf, circuit)
-        leaves, treedef = jax.tree.flatten(circuit)
-    if not all(isinstance(x, jax.Array) for x in leaves):  # ints, loop bodies: checked every time
-        check_parameter_shapes(circuit.ops, fn)
-        return circuit
-    # Shapes only: checked once per structure (a flat list of thousands of gates is checked in tens of ms).
-    key = (treedef, tuple((x.shape, x.dtype) for x in leaves))
-    if key not in _CHECKED_SHAPES:
-        check_parameter_shapes(circuit.ops, fn)
+        flat = jax.tree.flatten(circuit)
+    check_parameter_shapes(circuit.ops, fn)  # ints and loop bodies (no avals) are checked every time
+    if key is not None and arrays and flat[0] is leaves:  # nothing converted: the structure passed
         if len(_CHECKED_SHAPES) >= 256:
             _CHECKED_SHAPES.clear()
         _CHECKED_SHAPES.add(key)
-    return circuit
+    return circuit, flat
 
 
 # Circuit structures (tree structure, leaf shapes and dtypes) whose parameter shapes were checked.

@@ -21,7 +21,7 @@ import numpy as np
 from ._backend import AbstractBackend
 from ._channels import has_channels
 from ._checks import as_dtype, as_numeric, check_key, is_concrete, static_count, static_wires
-from ._circuit import Circuit, check_circuit, wire_range
+from ._circuit import Circuit, check_circuit_flat, wire_range
 from ._densitymatrix import DensityMatrix as DensityMatrixBackend
 from ._measurements import (
     AbstractMeasurement,
@@ -79,6 +79,7 @@ def _backend_of(backend, mcm, fn: str, circuit: Circuit) -> AbstractBackend:
 def _measure(
     measurement: AbstractMeasurement,
     circuit: Circuit,
+    flat: tuple,
     payload,
     *,
     initial_state,
@@ -88,7 +89,8 @@ def _measure(
     key,
     single: bool = False,
 ) -> Array:
-    """The prologue and the call that every entry point shares; `single` picks the one entry of a list."""
+    """The prologue and the call that every entry point shares (`flat`: `jax.tree.flatten(circuit)`, which
+    `check_circuit_flat` made); `single` picks the one entry of a list."""
     if diff is not None and not isinstance(diff, AbstractDiffMethod):
         raise TypeError(
             f"qfx.{measurement.name}: diff must be a qfx.diff method such as qfx.diff.Auto(), got {diff!r}."
@@ -96,30 +98,31 @@ def _measure(
     backend = _backend_of(backend, mcm, measurement.name, circuit)
     psi0 = backend.prepare(measurement, circuit, initial_state)
     try:
-        return _evaluate(diff, backend, measurement, circuit, psi0, (payload, key), single)
+        return _evaluate(diff, backend, measurement, circuit, flat, psi0, (payload, key), single)
     except TypeError as e:  # JAX's own errors about transformations: the method may say more
         if diff is not None:
             diff.explain(e)
         raise
 
 
-def _evaluate(diff, backend, measurement, circuit, initial_state, args, single):
+def _evaluate(diff, backend, measurement, circuit, flat, initial_state, args, single):
     """The measurement of `circuit` (rolled, see `qfx/_roll.py`) by `diff` on `backend`; `diff=None`
-    evaluates without a derivative rule (`qfx.sample`).
+    evaluates without a derivative rule (`qfx.sample`). `flat`: `jax.tree.flatten(circuit)`.
 
     Compiled once per structure where no `jax.jit` (or other staging transformation) already compiles it:
     called eagerly, or under `jax.grad` or `jax.vmap` called eagerly, a second call on new values of one
     structure reuses the program (`_compiled`); a flat circuit of concrete values is rolled before it, on
     the host, so that the program takes a few stacked arrays (under `jax.grad`, inside it). Inside the
     user's `jax.jit` it is traced in place, as anything else there is."""
-    flat = jax.tree.flatten(circuit)  # once: a flat list of thousands of gates takes milliseconds
     rest = jax.tree.flatten((initial_state, args))
-    leaves = flat[0] + rest[0]
-    if _staged(leaves):
-        return _run(diff, backend, measurement, circuit, initial_state, args, single)
-    if diff is not None and _eager_reverse(leaves):
-        return _reverse(diff, backend, measurement, flat, rest, single)
-    if not any(isinstance(x, jax.core.Tracer) for x in flat[0]):
+    traced = any(isinstance(x, jax.core.Tracer) for x in flat[0])
+    if traced or any(isinstance(x, jax.core.Tracer) for x in rest[0]):
+        leaves = flat[0] + rest[0]
+        if _staged(leaves):
+            return _run(diff, backend, measurement, circuit, initial_state, args, single)
+        if diff is not None and _eager_reverse(leaves):
+            return _reverse(diff, backend, measurement, flat, rest, single)
+    if not traced:
         circuit = roll_on_host(circuit, flat)[0]  # the program then takes a few stacked arrays
     return _compiled(diff, backend, measurement, circuit, initial_state, args, single)
 
@@ -403,9 +406,17 @@ def state(
     With mid-circuit measurements, `mcm="sampled"` and `key` give one trajectory's post-measurement
     (normalised) state; `mcm="exact"` has no state vector (use `qfx.density_matrix`).
     """
-    circuit = check_circuit(circuit, "state")
+    circuit, flat = check_circuit_flat(circuit, "state")
     return _measure(
-        State(), circuit, None, initial_state=initial_state, diff=diff, backend=backend, mcm=mcm, key=key
+        State(),
+        circuit,
+        flat,
+        None,
+        initial_state=initial_state,
+        diff=diff,
+        backend=backend,
+        mcm=mcm,
+        key=key,
     )
 
 
@@ -442,11 +453,19 @@ def probs(
     qfx.probs(circ, shots=1000, key=jax.random.key(0))  # [f, 0, 0, 1 - f], f close to 0.5
     ```
     """
-    circuit = check_circuit(circuit, "probs")
+    circuit, flat = check_circuit_flat(circuit, "probs")
     wires = _check_measured_wires(circuit, wires, "probs")
     measurement = Probs(wires) if shots is None else ProbsEstimate(_check_shots(shots, key, "probs"), wires)
     return _measure(
-        measurement, circuit, None, initial_state=initial_state, diff=diff, backend=backend, mcm=mcm, key=key
+        measurement,
+        circuit,
+        flat,
+        None,
+        initial_state=initial_state,
+        diff=diff,
+        backend=backend,
+        mcm=mcm,
+        key=key,
     )
 
 
@@ -484,12 +503,13 @@ def expval(
     jax.grad(qfx.expval)(circ, qfx.Z(0)).ops[0].theta  # -sin(0.3)
     ```
     """
-    circuit = check_circuit(circuit, "expval")
+    circuit, flat = check_circuit_flat(circuit, "expval")
     lcs, single = _observables(circuit, observable, "expval")
     measurement = Expval() if shots is None else Estimate(_check_shots(shots, key, "expval"))
     return _measure(
         measurement,
         circuit,
+        flat,
         lcs,
         initial_state=initial_state,
         diff=diff,
@@ -533,7 +553,7 @@ def var(
     qfx.var(circ, qfx.Z(0), shots=1000, key=jax.random.key(0))  # close to it
     ```
     """
-    circuit = check_circuit(circuit, "var")
+    circuit, flat = check_circuit_flat(circuit, "var")
     lcs, single = _observables(circuit, observable, "var")
     lcs = tuple(_without_identity(o) for o in lcs)
     if shots is None:
@@ -544,6 +564,7 @@ def var(
     return _measure(
         measurement,
         circuit,
+        flat,
         payload,
         initial_state=initial_state,
         diff=diff,
@@ -569,11 +590,12 @@ def density_matrix(
 
     `mcm` and `key` are for circuits with mid-circuit measurements: see `qfx.measure`.
     """
-    circuit = check_circuit(circuit, "density_matrix")
+    circuit, flat = check_circuit_flat(circuit, "density_matrix")
     wires = _check_measured_wires(circuit, wires, "density_matrix")
     return _measure(
         DensityMatrix(wires),
         circuit,
+        flat,
         None,
         initial_state=initial_state,
         diff=diff,
@@ -602,7 +624,7 @@ def sample(
 
     **Returns:** an int32 array of bits, shape `(shots, len(wires))`.
     """
-    circuit = check_circuit(circuit, "sample")
+    circuit, flat = check_circuit_flat(circuit, "sample")
     shots = _check_shots(shots, key, "sample")
     wires = _check_measured_wires(circuit, wires, "sample")
     per_shot = 2 * len(wires) + 5  # int32s: a uniform, two gathered masses, the index and the bits twice
@@ -615,6 +637,7 @@ def sample(
     return _measure(
         Sample(shots, wires),
         circuit,
+        flat,
         None,
         initial_state=initial_state,
         diff=None,
@@ -651,12 +674,12 @@ def amplitude(
     qfx.amplitude(circ, "11", backend=qfx.TensorNetwork())
     ```
     """
-    circuit = check_circuit(circuit, "amplitude")
+    circuit, flat = check_circuit_flat(circuit, "amplitude")
     if not isinstance(diff, AbstractDiffMethod):  # before the bits: the documented order of checks
         raise TypeError(
             f"qfx.amplitude: diff must be a qfx.diff method such as qfx.diff.Auto(), got {diff!r}."
         )
     bits = _bitstring(circuit, bitstring)
     return _measure(
-        Amplitude(), circuit, bits, initial_state=None, diff=diff, backend=backend, mcm=None, key=None
+        Amplitude(), circuit, flat, bits, initial_state=None, diff=diff, backend=backend, mcm=None, key=None
     )

@@ -154,9 +154,11 @@ def _stack_tags(xs) -> _Tag:
 
 @functools.lru_cache(maxsize=64)
 def _plan(treedef, avals: tuple) -> tuple | None:
-    """How a circuit of this structure rolls: the rolled circuit's structure and, for each of its leaves,
+    """How a circuit of this structure (`avals`: JAX's avals of the leaves, or their shapes and dtypes)
+    rolls: the rolled circuit's structure and, for each of its leaves,
     the position of the original leaf or the tuple of positions it stacks; None when nothing rolls."""
-    circuit = jax.tree.unflatten(treedef, [_Tag(i, *aval) for i, aval in enumerate(avals)])
+    tags = [_Tag(i, *a) if isinstance(a, tuple) else _Tag(i, a.shape, a.dtype) for i, a in enumerate(avals)]
+    circuit = jax.tree.unflatten(treedef, tags)
     ops = roll_ops(circuit.ops, circuit.num_wires, _stack_tags)
     if len(ops) == len(circuit.ops):
         return None
@@ -180,7 +182,11 @@ def roll_on_host(circuit: Circuit, flat: tuple | None = None) -> tuple[Circuit, 
     that it stacks (None when nothing rolls). `flat`: `jax.tree.flatten(circuit)`, where the caller has
     it already."""
     leaves, treedef = jax.tree.flatten(circuit) if flat is None else flat
-    plan = _plan(treedef, tuple(_aval(x) for x in leaves))
+    try:  # JAX's avals where every leaf is an array: read a few times faster than shapes and dtypes
+        avals = tuple(x.aval for x in leaves)
+    except AttributeError:
+        avals = tuple(_aval(x) for x in leaves)
+    plan = _plan(treedef, avals)
     if plan is None:
         return circuit, None
     rolled, index = plan

@@ -883,3 +883,26 @@ def test_entry_point_errors():
             qfx.amplitude(looped, "1", diff=method)
     with pytest.raises(ValueError, match="TensorNetwork\\(\\) contracts gates and Repeat blocks only"):
         qfx.expval(qfx.Circuit([qfx.cond(True, qfx.X(0))]), qfx.Z(0), backend=qfx.TensorNetwork())
+
+
+def test_a_structure_that_passed_is_checked_again_after_edits():
+    # Checks are cached by tree structure and avals (qfx/_circuit.py: check_circuit_flat); every edit that
+    # changes what they read must miss that cache.
+    circ = qfx.Circuit([qfx.RY(0.3, wires=0), qfx.CNOT((0, 1))])
+    for _ in range(2):  # the second call is served from the cache
+        np.testing.assert_allclose(qfx.expval(circ, qfx.Z(0)), np.cos(0.3), rtol=1e-6)
+    # A parameter of another shape: the same tree structure, other avals.
+    batched = eqx.tree_at(lambda c: c.ops[0].theta, circ, jnp.ones(3, jnp.float32))
+    with pytest.raises(ValueError, match=r"expval: RY on wires \(0,\) has a parameter of shape \(3,\)"):
+        qfx.expval(batched, qfx.Z(0))
+    # A wire out of range: another tree structure.
+    moved = eqx.tree_at(lambda c: c.ops[0], circ, qfx.RY(0.3, wires=2))
+    with pytest.raises(ValueError, match="expval: an operation acts on wire 2"):
+        qfx.expval(moved, qfx.Z(0))
+    # A half-precision or Python-float edit is converted, not passed on as it is.
+    half = eqx.tree_at(lambda c: c.ops[0].theta, circ, jnp.asarray(0.3, jnp.float16))
+    for _ in range(2):
+        np.testing.assert_allclose(qfx.expval(half, qfx.Z(0)), np.cos(float(np.float16(0.3))), rtol=1e-6)
+        np.testing.assert_allclose(
+            qfx.expval(eqx.tree_at(lambda c: c.ops[0].theta, circ, 0.5), qfx.Z(0)), np.cos(0.5), rtol=1e-6
+        )

@@ -10,13 +10,14 @@ from ._operations import AbstractControlOperation, Cond, ForLoop, MidMeasure, Wh
 
 
 def has_control(ops) -> bool:
-    """Whether `ops` (a circuit's) hold any control-flow operation or measurement, Repeat bodies included."""
-    for op in ops:
-        if isinstance(op, AbstractControlOperation):
-            return True
-        if isinstance(op, Repeat) and has_control(op.body.ops):
-            return True
-    return False
+    """Whether `ops` (a circuit's) hold any control-flow operation or measurement, Repeat bodies included
+    (read from the operations' types first, as `has_channels` is)."""
+    kinds = set(map(type, ops))
+    if any(issubclass(k, AbstractControlOperation) for k in kinds):
+        return True
+    return any(issubclass(k, Repeat) for k in kinds) and any(
+        has_control(op.body.ops) for op in ops if isinstance(op, Repeat)
+    )
 
 
 def _loop_tokens(ops, alias: dict) -> list:
