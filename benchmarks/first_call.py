@@ -19,7 +19,9 @@ everything a user waits for after `import qfx` except the import itself:
   the function's own `theta[l, i, k]` one by one there (see `docs/guides/performance.md`).
 
 A last table gives the peak resident memory (`ru_maxrss`) of one value_and_grad of the flat HEA(20, 20),
-with `qfx.diff.Adjoint()` and with the default, each in its own process.
+with `qfx.diff.Adjoint()` and with the default, each in its own process. `--floors` prints instead what
+JAX alone costs on the same inputs, with no simulation: the flat list's indexing of `theta` under
+jit(value_and_grad), and an eager `jax.grad` over the flat circuit's leaves into a rule that does nothing.
 
 Usage:
     python benchmarks/first_call.py                 # n = 4, 8, 12, 16, 20; L = 10, 200
@@ -27,6 +29,7 @@ Usage:
     python benchmarks/first_call.py --widths 8 --depths 10 50 200
     python benchmarks/first_call.py --columns jit_flat     # one column (the others print "-")
     python benchmarks/first_call.py --quick --columns eager_grad eager_grad_array
+    python benchmarks/first_call.py --floors        # JAX's own cost of the same inputs, no simulation
 """
 
 import argparse
@@ -108,6 +111,24 @@ elif mode in ("rss_adjoint", "rss_default"):
     fn = jax.jit(jax.value_and_grad(lambda t: qfx.expval(flat(t), H, diff=diff)))
     out["first"] = timed(fn, jnp.asarray(thetas()))
     out["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# Floors: what JAX alone costs on the same inputs, with no simulation (`--floors`).
+elif mode == "floor_index":  # the flat list's indexing of theta under jit(value_and_grad), nothing else
+    def indexed(theta):
+        return sum(jnp.sin(theta[l, i, k]) for l in range(L) for i in range(n) for k in range(2))
+    out["first"] = timed(jax.jit(jax.value_and_grad(indexed)), jnp.asarray(thetas()))
+    out["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+elif mode == "floor_grad":  # eager jax.grad over the flat circuit's leaves into a rule that does nothing
+    count = len(jax.tree.leaves(flat(thetas())))
+
+    @jax.custom_vjp
+    def nothing(*xs):
+        return jnp.float32(0)
+
+    nothing.defvjp(lambda *xs: (jnp.float32(0), None), lambda _, g: (np.float32(0),) * count)
+    grad = jax.grad(lambda c: nothing(*jax.tree.leaves(c)))
+    first, second = flat(thetas()), flat(thetas())
+    out["first"] = timed(lambda: grad(first))
+    out["second"] = timed(lambda: grad(second))
 print("RESULT " + json.dumps(out))
 """
 
@@ -187,6 +208,7 @@ def main():
     parser.add_argument("--widths", type=int, nargs="*", default=None)
     parser.add_argument("--depths", type=int, nargs="*", default=None)
     parser.add_argument("--no-rss", action="store_true", help="skip the memory table")
+    parser.add_argument("--floors", action="store_true", help="only the table of JAX's own floors")
     parser.add_argument(
         "--columns",
         nargs="*",
@@ -201,6 +223,10 @@ def main():
     array = "eager_grad_array" in args.columns
     start = time.perf_counter()
     print(f"{sys.version.split()[0]}, {os.cpu_count()} CPUs; fresh process per cell; complex64\n")
+    if args.floors:
+        floors(widths, depths)
+        print(f"\ntotal {time.perf_counter() - start:.0f} s")
+        return
     print(
         "| n | L | eager expval first / second | eager grad first / second | jit v&g flat | "
         "jit v&g repeat first / steady | persistent cache, new process | lightning adjoint |"
@@ -237,6 +263,19 @@ def main():
             rss = f"{r['rss_mb']:.0f} MB" if "rss_mb" in r else str(r.get("error"))
             print(f"| {name} | {fmt(r.get('first'))} | {rss} |", flush=True)
     print(f"\ntotal {time.perf_counter() - start:.0f} s")
+
+
+def floors(widths, depths):
+    """What JAX alone costs on the inputs of the flat rows, no simulation: the first call of
+    jit(value_and_grad) of sum_lik sin(theta[l, i, k]) (the indexing a flat list does) with its peak RSS,
+    and an eager `jax.grad` over the flat circuit's leaves into a custom_vjp that returns zeros."""
+    print("| n | L | indexing alone, jit v&g: first call / peak RSS | eager grad, no-op rule: first / 2nd |")
+    print("|---:|---:|---:|---:|")
+    for n in widths:
+        for L in depths:
+            index, grad = run(WORKER, ["floor_index", n, L]), run(WORKER, ["floor_grad", n, L])
+            rss = f"{index['rss_mb']:.0f} MB" if "rss_mb" in index else "-"
+            print(f"| {n} | {L} | {pair(index)} / {rss} | {pair(grad)} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -311,7 +311,7 @@ def check_circuit_flat(circuit, fn: str) -> tuple[Circuit, tuple]:
         circuit = jax.tree.map(as_leaf, circuit)
         flat = jax.tree.flatten(circuit)
     check_parameter_shapes(circuit.ops, fn)  # ints and loop bodies (no avals) are checked every time
-    if key is not None and arrays and flat[0] is leaves:  # nothing converted: the structure passed
+    if key is not None and flat[0] is leaves:  # nothing was converted: this structure passed
         if len(_CHECKED_SHAPES) >= 256:
             _CHECKED_SHAPES.clear()
         _CHECKED_SHAPES.add(key)
