@@ -306,12 +306,14 @@ def check_circuit_flat(circuit, fn: str) -> tuple[Circuit, tuple]:
             "operations."
         )
     leaves = flat[0]
-    arrays = all(isinstance(x, jax.Array) for x in leaves)  # tracers are jax.Arrays too
-    if not arrays or any(x.dtype in (jnp.float16, jnp.bfloat16) for x in leaves):
+    converted = not all(isinstance(x, jax.Array) for x in leaves) or any(  # tracers are jax.Arrays too
+        x.dtype in (jnp.float16, jnp.bfloat16) for x in leaves
+    )
+    if converted:
         circuit = jax.tree.map(as_leaf, circuit)
         flat = jax.tree.flatten(circuit)
     check_parameter_shapes(circuit.ops, fn)  # ints and loop bodies (no avals) are checked every time
-    if key is not None and flat[0] is leaves:  # nothing was converted: this structure passed
+    if key is not None and not converted:  # this structure passed as it is
         if len(_CHECKED_SHAPES) >= 256:
             _CHECKED_SHAPES.clear()
         _CHECKED_SHAPES.add(key)
